@@ -1,0 +1,369 @@
+"""Typed configuration: the single source of truth for every knob.
+
+Hydra composes `configs/` (groups env/, model/, policy/, harness/, reward/, sft/,
+grpo/, experience/, logger/, experiment/) on top of the `Config` schema below, so
+YAML files and command-line overrides are type-checked against these dataclasses.
+`validate(cfg)` (run by the CLI right after composing, before anything heavy is
+imported) checks enums and ranges and names the offending field.
+
+Batch-size knobs name their unit: *prompts* (tasks), *trajectories* (episodes),
+*samples* (per-turn training rows) and whether they are per process or global.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Optional
+
+from omegaconf import MISSING
+
+COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model")
+HARNESS_MODES = ("env_only", "always_on", "adaptive")
+CONTEXTS = ("per_turn", "accumulated")
+BACKENDS = ("hf", "vllm", "vllm_server", "openai", "scripted", "replay")
+ENV_NAMES = ("alfworld", "webshop", "webarena")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+CONSOLIDATORS = ("none", "heuristic", "openai", "self")
+EVOLVE_MODES = ("frozen", "online")
+LOGGERS = ("jsonl", "wandb")
+MODEL_SIZES = ("tiny", "small", "base")
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the field and what is allowed."""
+
+
+# --------------------------------------------------------------------------- env
+
+
+@dataclass
+class AlfworldConfig:
+    """ALFWorld-specific settings (envs/alfworld)."""
+
+    size: str = "small"  # generated game size: small (~5 receptacles) | medium (~15) | large (~30 receptacles, ~60 objects)
+    train_games: int = 3000  # generated train games
+    valid_seen_games: int = 140  # generated valid_seen games (paper: 140)
+    valid_unseen_games: int = 134  # generated valid_unseen games (paper: 134)
+    generator_seed: int = 0  # seed of the game generator (same seed -> same games)
+    expert: str = "handcoded"  # engine expert used to verify solvability: handcoded | planner
+
+
+@dataclass
+class WebShopConfig:
+    """WebShop-specific settings (envs/webshop)."""
+
+    backend: str = "sim"  # sim: our offline simulator | real: a WebShop checkout (web_agent_site)
+    webshop_path: Optional[str] = None  # path of a WebShop checkout (backend=real)
+    num_products: int = 5000  # products in the generated catalogue
+    num_goals: int = 2000  # generated instructions; test = goals 0-499, train = the rest (paper split)
+    test_goals: int = 500  # the first N goals form the test split
+    generator_seed: int = 0  # seed of the catalogue/goal generator
+    results_per_page: int = 10  # search results per page (WebShop: 10)
+
+
+@dataclass
+class EnvConfig:
+    """Which environment and how it is run."""
+
+    name: str = "alfworld"  # alfworld | webshop | webarena
+    data_path: Optional[str] = None  # data root; null: the generated data under data_dir (ALFWorld: $ALFWORLD_DATA/json_2.1.1 if set)
+    data_dir: str = "data"  # where `prepare` writes generated data (relative to the working directory)
+    context: str = "per_turn"  # per_turn (fresh prompt each turn) | accumulated (one growing conversation)
+    max_steps_train: int = 70  # step budget of a training episode (env + harness actions)
+    max_steps_eval: int = 50  # step budget of an evaluation episode
+    recall_k: int = 3  # entries returned by recall [query] (paper: 3 ALFWorld / 6 WebShop / 3 WebArena)
+    num_workers: int = 2  # environment worker processes per node
+    step_timeout_s: float = 60.0  # a worker silent for longer than this is killed and its episode errored
+    alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
+    webshop: WebShopConfig = field(default_factory=WebShopConfig)
+
+
+# ------------------------------------------------------------------------- model
+
+
+@dataclass
+class ModelConfig:
+    """The policy checkpoint (any HF causal-LM directory)."""
+
+    path: Optional[str] = None  # HF checkpoint directory (e.g. a Qwen3-8B download, or `init-model` output)
+    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
+    attn_implementation: str = "sdpa"  # transformers attention kernel: sdpa | eager | flash_attention_2
+    trust_remote_code: bool = False  # allow custom modelling code in the checkpoint
+
+
+# ------------------------------------------------------------------------ policy
+
+
+@dataclass
+class PolicyConfig:
+    """The generation backend that turns prompts into responses."""
+
+    backend: str = "hf"  # hf | vllm | vllm_server | openai | scripted | replay
+    temperature: float = 1.0  # sampling temperature (0: greedy)
+    top_p: float = 1.0  # nucleus sampling mass
+    max_new_tokens: int = 512  # generated tokens per turn (paper: 512 ALFWorld / 1024 WebShop)
+    max_prompt_tokens: int = 12288  # longer prompts keep their first system message and are cut from the left
+    batch_size: int = 64  # prompts per backend call (hf); vLLM schedules its own batches
+    path: Optional[str] = None  # replay: JSON file with a list of raw responses
+    harness_rate: float = 0.5  # scripted: how often the teacher uses BPE actions (0..1)
+    base_url: Optional[str] = None  # openai / vllm_server: server URL, e.g. http://127.0.0.1:8000/v1
+    model_name: Optional[str] = None  # openai: model name sent to the endpoint (default: model.path)
+    api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable holding the API key
+    concurrency: int = 8  # openai: requests in flight at once
+    max_retries: int = 4  # openai / vllm_server: retries with exponential backoff before the batch errors
+    request_timeout_s: float = 120.0  # openai / vllm_server: per-request timeout
+    gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory the engine may take (colocated with training)
+    tensor_parallel_size: int = 1  # vllm: tensor-parallel degree of the rollout engine
+    enable_lora: bool = False  # vllm: serve the policy as a LoRA adapter (required for weight sync on CPU)
+    max_lora_rank: int = 64  # vllm: largest LoRA rank the engine accepts
+    enforce_eager: bool = True  # vllm: skip CUDA-graph capture (fast start; set false on GPU for speed)
+    sleep_between_updates: bool = False  # vllm colocated: free engine memory while training (sleep/wake)
+
+
+# ----------------------------------------------------------------------- harness
+
+
+@dataclass
+class HarnessConfig:
+    """The BPE workspace and the action protocol."""
+
+    mode: str = "adaptive"  # env_only (ReAct) | always_on (EvoHarness-Base) | adaptive (EvoHarness-SFT/RL)
+    belief: bool = True  # Belief module (track); false removes the verb and its views
+    progress: bool = True  # Progress module (commit)
+    experience: bool = True  # Experience module (recall, note)
+    history_length: int = 5  # previous actions shown in a per_turn prompt
+    progress_capacity: int = 8  # subgoals kept by Progress
+
+
+# ------------------------------------------------------------------------ reward
+
+
+@dataclass
+class RewardConfig:
+    """R(tau; u) = R_GRPO + lambda_div(u) * R_div + lambda_eff * R_eff (paper Sec. 2.3, Table 10)."""
+
+    success_scale: float = 10.0  # reward for success in R_GRPO (WebArena: 1.0)
+    invalid_penalty: float = 0.1  # per invalid action in R_GRPO (WebArena: 0.01)
+    repeat_penalty: float = 0.1  # per consecutive repeated action in R_GRPO (WebArena: 0.01)
+    repeat_cap: int = 10  # repeats counted at most this many times
+    lambda_div_max: float = 1.0  # peak weight of the diversity bonus (WebArena: 0.02)
+    anneal_updates: int = 150  # U: updates over which lambda_div decays to 0 (cosine)
+    lambda_eff: float = 1.0  # weight of the success-gated efficiency reward (WebArena: 0.02)
+
+
+# --------------------------------------------------------------------------- sft
+
+
+@dataclass
+class SFTConfig:
+    """Supervised initialisation from teacher traces (TRL SFTTrainer)."""
+
+    data: Optional[str] = None  # `collect` output directory (or a list via `data_mix`)
+    data_mix: dict[str, float] = field(default_factory=dict)  # {collect_dir: weight} to mix several environments
+    validation_fraction: float = 0.05  # share of examples held out for validation
+    lora: bool = True  # LoRA (true) or full-parameter training (false)
+    lora_r: int = 64  # LoRA rank (paper: 64)
+    lora_alpha: int = 128  # LoRA scaling (paper: 128)
+    lora_dropout: float = 0.05  # LoRA dropout
+    learning_rate: float = 1e-5  # AdamW learning rate (paper: 1e-5)
+    lr_scheduler: str = "cosine"  # transformers scheduler name
+    warmup_ratio: float = 0.1  # share of steps used for warmup
+    max_grad_norm: float = 1.0  # gradient clipping
+    weight_decay: float = 0.0  # AdamW weight decay
+    epochs: float = 4.0  # passes over the data (paper: 4 ALFWorld / 4 WebShop / 3 WebArena)
+    per_device_batch_size: int = 4  # examples per process per micro-step
+    gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
+    max_seq_length: int = 4096  # longer examples are cut from the left of the prompt (never the response)
+    gradient_checkpointing: Optional[bool] = None  # null: on with a GPU, off on CPU
+    merge: bool = True  # merge the LoRA adapter into the base and save a full checkpoint at the end
+    save_steps: int = 200  # checkpoint every N optimizer steps (resume from the last)
+    logging_steps: int = 10  # log every N optimizer steps
+
+
+# -------------------------------------------------------------------------- grpo
+
+
+@dataclass
+class GRPOConfig:
+    """Cost-aware GRPO (paper Table 10)."""
+
+    updates: int = 150  # policy updates to run
+    prompts_per_update: int = 16  # tasks sampled per update (global)
+    group_size: int = 8  # trajectories per task; the GRPO group
+    mini_batch_trajectories: int = 128  # trajectories per optimizer step (global); must divide prompts*group
+    micro_batch_samples: int = 8  # training rows per forward/backward pass per process
+    inner_epochs: int = 1  # passes over each update's rollouts
+    learning_rate: float = 1e-6  # actor AdamW learning rate
+    weight_decay: float = 0.01  # AdamW weight decay
+    max_grad_norm: float = 1.0  # gradient clipping
+    clip_eps: float = 0.2  # PPO ratio clip
+    kl_coef: float = 0.01  # k3 KL to the reference (SFT) policy
+    entropy_coef: float = 0.001  # entropy bonus
+    adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
+    loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean
+    horizon_curriculum: list[int] = field(default_factory=list)  # step budgets over training, e.g. [8, 10, 15]; [] = env.max_steps_train
+    lora: bool = False  # train LoRA adapters instead of full parameters (reference = adapters off)
+    eval_every: int = 10  # validation eval every N updates (0: never)
+    eval_split: str = "valid_seen"  # split used for periodic validation
+    eval_limit: int = 32  # tasks in each periodic validation
+    save_every: int = 10  # checkpoint every N updates
+    max_bad_updates: int = 5  # stop after this many skipped (NaN/inf) updates
+    gradient_checkpointing: Optional[bool] = None  # null: on with a GPU, off on CPU
+
+
+# -------------------------------------------------------------------- experience
+
+
+@dataclass
+class ExperienceConfig:
+    """The cross-episode Experience bank and its evolution."""
+
+    bank: Optional[str] = None  # bank JSON to start from (null: empty bank)
+    capacity: int = 80  # active entries per category (each task family's category separately)
+    consolidator: str = "heuristic"  # none | heuristic (no LLM) | openai | self (the policy itself)
+    fused: bool = False  # LLM consolidation: one fused abstraction+reconciliation call instead of three
+    evolve: str = "frozen"  # eval: frozen (checkpoint's bank, notes discarded) | online (evolve between windows)
+    window: int = 16  # online evolution: episodes per consolidation window
+    base_url: Optional[str] = None  # openai consolidator endpoint
+    model_name: Optional[str] = None  # openai consolidator model
+    api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the consolidator's key
+    max_new_tokens: int = 2048  # consolidator response limit
+    max_field_chars: int = 300  # longer entry fields are rejected
+
+
+# ------------------------------------------------------------------------ logger
+
+
+@dataclass
+class LoggerConfig:
+    """Where metrics go (metrics.jsonl is always written)."""
+
+    backend: str = "jsonl"  # jsonl | wandb (offline mode when no WANDB_API_KEY is set)
+    project: str = "evoharness-rl"  # wandb project
+    entity: Optional[str] = None  # wandb entity
+    run_name: Optional[str] = None  # wandb run name (default: the run directory name)
+    progress: bool = True  # rich progress bars
+
+
+# ------------------------------------------------------------------------ top
+
+
+@dataclass
+class Config:
+    command: str = "eval"  # set by the CLI: prepare | collect | sft | grpo | eval | consolidate | report | init-model
+    out_dir: str = MISSING  # run directory (default: outputs/<command>/<timestamp>)
+    seed: int = 0  # global seed (sampling, task order of training, init)
+    split: str = "valid_seen"  # eval/collect split: train | valid_seen | valid_unseen | test
+    limit: Optional[int] = None  # eval/collect: only the first N tasks of the split (fixed order)
+    episodes_per_task: int = 1  # eval/collect: episodes per task
+    resume: bool = False  # grpo/sft/eval: continue the run in out_dir
+    runs: list[str] = field(default_factory=list)  # report: run directories to tabulate
+    size: str = "tiny"  # init-model: tiny (~1M) | small (~10M) | base (~50M)
+    out: Optional[str] = None  # init-model: output directory
+    device: str = "auto"  # auto | cpu | cuda
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    harness: HarnessConfig = field(default_factory=HarnessConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    experience: ExperienceConfig = field(default_factory=ExperienceConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+
+
+# -------------------------------------------------------------------- validation
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}={value!r} is not valid; allowed values: {', '.join(allowed)}")
+
+
+def _positive(name: str, value: Any, zero_ok: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(f"{name}={value!r} must be {'>= 0' if zero_ok else '> 0'}")
+
+
+def _fraction(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{name}={value!r} must be between 0 and 1")
+
+
+def validate(cfg: Config) -> Config:
+    """Check enums and ranges; raise ConfigError naming the field. Cheap: no heavy imports."""
+    _choice("command", cfg.command, COMMANDS)
+    _choice("env.name", cfg.env.name, ENV_NAMES)
+    _choice("env.context", cfg.env.context, CONTEXTS)
+    _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
+    _choice("env.alfworld.expert", cfg.env.alfworld.expert, ("handcoded", "planner"))
+    _choice("env.webshop.backend", cfg.env.webshop.backend, ("sim", "real"))
+    _choice("harness.mode", cfg.harness.mode, HARNESS_MODES)
+    _choice("policy.backend", cfg.policy.backend, BACKENDS)
+    _choice("model.dtype", cfg.model.dtype, DTYPES)
+    _choice("experience.consolidator", cfg.experience.consolidator, CONSOLIDATORS)
+    _choice("experience.evolve", cfg.experience.evolve, EVOLVE_MODES)
+    _choice("logger.backend", cfg.logger.backend, LOGGERS)
+    _choice("grpo.loss_agg", cfg.grpo.loss_agg, ("token_mean", "seq_mean"))
+    _choice("size", cfg.size, MODEL_SIZES)
+    _choice("device", cfg.device, ("auto", "cpu", "cuda"))
+    _choice("split", cfg.split, ("train", "valid_seen", "valid_unseen", "test"))
+    for name in ("env.max_steps_train", "env.max_steps_eval", "env.recall_k", "env.num_workers",
+                 "env.alfworld.train_games", "env.webshop.num_products", "env.webshop.num_goals",
+                 "policy.max_new_tokens", "policy.max_prompt_tokens", "policy.batch_size", "policy.concurrency",
+                 "harness.progress_capacity", "sft.lora_r", "sft.per_device_batch_size",
+                 "sft.gradient_accumulation_steps", "sft.max_seq_length", "grpo.updates", "grpo.prompts_per_update",
+                 "grpo.group_size", "grpo.mini_batch_trajectories", "grpo.micro_batch_samples", "grpo.inner_epochs",
+                 "experience.capacity", "experience.window", "episodes_per_task", "limit", "env.step_timeout_s",
+                 "reward.anneal_updates", "policy.tensor_parallel_size"):
+        _positive(name, _get(cfg, name))
+    for name in ("env.alfworld.valid_seen_games", "env.alfworld.valid_unseen_games", "harness.history_length",
+                 "reward.success_scale", "reward.invalid_penalty", "reward.repeat_penalty", "reward.repeat_cap",
+                 "reward.lambda_div_max", "reward.lambda_eff", "policy.temperature", "policy.max_retries",
+                 "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
+                 "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay"):
+        _positive(name, _get(cfg, name), zero_ok=True)
+    for name in ("policy.top_p", "policy.harness_rate", "policy.gpu_memory_utilization", "sft.warmup_ratio",
+                 "sft.validation_fraction"):
+        _fraction(name, _get(cfg, name))
+    for budget in cfg.grpo.horizon_curriculum:
+        _positive("grpo.horizon_curriculum[]", budget)
+    if cfg.env.webshop.test_goals > cfg.env.webshop.num_goals:
+        raise ConfigError(
+            f"env.webshop.test_goals={cfg.env.webshop.test_goals} exceeds env.webshop.num_goals={cfg.env.webshop.num_goals}"
+        )
+    return cfg
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """{field: comment} read from this module's source (the config reference in the README)."""
+    import inspect
+
+    lines = inspect.getsource(cls).splitlines()
+    docs = {}
+    names = {f.name for f in fields(cls)}
+    for line in lines:
+        stripped = line.strip()
+        head = stripped.split(":", 1)[0]
+        if head in names and "#" in stripped:
+            docs[head] = stripped.split("#", 1)[1].strip()
+    return docs
+
+
+def iter_field_docs(cls: type = Config, prefix: str = ""):
+    """Yield (dotted name, default, comment) for every field, recursing into sections."""
+    docs = field_docs(cls)
+    for f in fields(cls):
+        default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+        if is_dataclass(default):
+            yield from iter_field_docs(type(default), f"{prefix}{f.name}.")
+        else:
+            yield f"{prefix}{f.name}", default, docs.get(f.name, "")

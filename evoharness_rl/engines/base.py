@@ -1,0 +1,65 @@
+"""The one narrow interface every generation backend implements.
+
+    backend.generate(requests, sampling) -> list[Completion]   # one batch, same order
+    backend.update_weights(model)                               # after an optimizer step
+    backend.release()                                           # free memory / processes
+
+Token backends (`hf`, `vllm`, `vllm_server`) receive prompt token ids and return the
+exact completion ids with one sampling logprob per id (token-in, token-out: nothing is
+re-tokenised). Text backends (`openai`, `scripted`, `replay`) receive chat messages and
+return text only (empty id/logprob lists).
+
+Prompt truncation rule (token backends): a prompt longer than `max_prompt_tokens` keeps
+its first `keep_head` tokens (the system message) and the most recent tokens, dropping
+the middle; the request is flagged `prompt_truncated` and counted by the engine.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+
+@dataclass
+class SamplingSettings:
+    temperature: float = 1.0  # 0 means greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 512
+    seed: Optional[int] = None
+
+
+@dataclass
+class GenerationRequest:
+    """One prompt. Token backends read `prompt_ids`; text backends read `messages`."""
+
+    messages: list[dict[str, str]]
+    prompt_ids: list[int] = field(default_factory=list)
+    key: str = ""  # episode key (replay/scripted use it to find their episode's state)
+    teacher: Optional[Callable[[], str]] = None  # scripted: returns the expert's next response
+    prompt_truncated: bool = False
+
+
+@dataclass
+class Completion:
+    text: str
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "stop"  # stop | length | error
+    error: Optional[str] = None  # set when the backend failed for this request after retries
+
+
+class GenerationBackend(abc.ABC):
+    """Base class of generation backends."""
+
+    uses_tokens: bool = True  # token backends need prompt_ids; text backends need messages
+
+    @abc.abstractmethod
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+        """Generate one completion per request, in order."""
+
+    def update_weights(self, model: Any) -> None:
+        """Load the trainer's current weights (no-op for backends without a model)."""
+
+    def release(self) -> None:
+        """Free GPU memory, processes and connections; safe to call twice."""

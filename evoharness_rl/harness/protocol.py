@@ -1,0 +1,150 @@
+"""The agent-harness action protocol: one model response -> one action.
+
+A response is classified as exactly one of:
+
+- an **environment action** (`ActionKind.ENV`): passed to the environment as is;
+- a **harness action** (`ActionKind.HARNESS`): one of the BPE verbs
+  `track [q]`, `commit [subgoal]`, `recall [q]`, `note [insight]`;
+- **invalid** (`ActionKind.INVALID`): no action could be read; `reason` is shown to the
+  policy as feedback and the step still counts against the budget.
+
+Two response formats (chosen by the environment's spec):
+
+- `tags` (ALFWorld, WebShop): `<think>...</think><action>ACTION</action>`. The
+  `<think>` part is optional. Several `<action>` blocks are accepted only if they agree.
+  An unclosed `<action>` (a completion cut by the token limit) is read to the end of
+  its line.
+- `fenced` (WebArena): reasoning followed by one action in a triple-backtick block;
+  the last block is the action.
+
+Parsing never raises: any string (empty, huge, binary-looking, unicode) yields a
+`ParsedAction`. Whether an environment action is admissible is decided by the
+environment, not here.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from enum import Enum
+
+HARNESS_VERBS: tuple[str, ...] = ("track", "commit", "recall", "note")
+MAX_RESPONSE_CHARS = 32_000  # longer responses are cut before parsing (keeps regexes linear and cheap)
+MAX_ACTION_CHARS = 1_000  # an action longer than this is invalid (no env or harness action needs it)
+MAX_ARGUMENT_CHARS = 400  # harness arguments are cut to this length (notes and subgoals stay short)
+
+_ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
+_ACTION_BLOCK = re.compile(r"<\s*action\s*>(.*?)<\s*/\s*action\s*>", re.IGNORECASE | re.DOTALL)
+_ACTION_OPEN = re.compile(r"<\s*action\s*>([^\n<]*)", re.IGNORECASE)
+_THINK_BLOCK = re.compile(r"<\s*think\s*>(.*?)(?:<\s*/\s*think\s*>|$)", re.IGNORECASE | re.DOTALL)
+_FENCED = re.compile(r"```[ \t]*(?:[a-zA-Z_-]*[ \t]*\n)?(.*?)```", re.DOTALL)
+_HARNESS = re.compile(
+    r"^(?P<verb>track|commit|recall|note)\s*(?:\[(?P<arg>.*)\]|:\s*(?P<colon>.*)|\s(?P<bare>.*))?$",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
+class ActionKind(str, Enum):
+    ENV = "env"
+    HARNESS = "harness"
+    INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """The one action read from a response."""
+
+    kind: ActionKind
+    action: str = ""  # env action string, or the harness argument (for HARNESS)
+    verb: str | None = None  # harness verb (track/commit/recall/note) for HARNESS
+    reason: str | None = None  # why it is invalid (shown to the policy) for INVALID
+    think: str = ""  # the reasoning text, if any
+
+    @property
+    def canonical(self) -> str:
+        """A normalised string used by the repeat detector and history."""
+        if self.kind is ActionKind.HARNESS:
+            return f"{self.verb} [{self.action}]"
+        if self.kind is ActionKind.ENV:
+            return self.action
+        return "<invalid>"
+
+
+def _clean(text: str) -> str:
+    text = unicodedata.normalize("NFKC", text).translate(_ZERO_WIDTH)
+    return "".join(ch for ch in text if ch in "\n\t" or unicodedata.category(ch)[0] != "C")
+
+
+def _normalise_action(raw: str) -> str:
+    action = " ".join(raw.split())
+    # Models often wrap the action in quotes or backticks; none of the envs' actions start with them.
+    return action.strip("`'\" ").strip()
+
+
+def invalid(reason: str, think: str = "") -> ParsedAction:
+    return ParsedAction(ActionKind.INVALID, reason=reason, think=think)
+
+
+def _extract_tags(text: str) -> tuple[str | None, str | None]:
+    """-> (action text or None, error reason or None)."""
+    blocks = [_normalise_action(b) for b in _ACTION_BLOCK.findall(text)]
+    blocks = [b for b in blocks if b]
+    if not blocks:
+        opened = _ACTION_OPEN.findall(text)
+        if opened and _normalise_action(opened[-1]):
+            return _normalise_action(opened[-1]), None
+        if opened or _ACTION_BLOCK.search(text):
+            return None, "the <action></action> block is empty"
+        return None, "no <action>...</action> block found; answer as <think>...</think><action>your action</action>"
+    if len(set(blocks)) > 1:
+        return None, f"{len(blocks)} different <action> blocks found; give exactly one action per response"
+    return blocks[0], None
+
+
+def _extract_fenced(text: str) -> tuple[str | None, str | None]:
+    blocks = [_normalise_action(b) for b in _FENCED.findall(text)]
+    blocks = [b for b in blocks if b]
+    if not blocks:
+        return None, "no action found; put exactly one action inside a ``` ``` block"
+    return blocks[-1], None
+
+
+def parse_response(
+    response: str | None,
+    action_format: str = "tags",
+    enabled_verbs: tuple[str, ...] | frozenset[str] = HARNESS_VERBS,
+) -> ParsedAction:
+    """Read the single action in `response`.
+
+    `enabled_verbs` lists the harness verbs the current mode allows; a disabled verb is
+    invalid (with a reason naming it) rather than passed to the environment.
+    """
+    if not isinstance(response, str) or not response.strip():
+        return invalid("empty response; answer with one action")
+    text = _clean(response[:MAX_RESPONSE_CHARS])
+    think_match = _THINK_BLOCK.search(text)
+    think = think_match.group(1).strip()[:2_000] if think_match else ""
+    if action_format == "tags":
+        action, error = _extract_tags(text)
+    elif action_format == "fenced":
+        action, error = _extract_fenced(text)
+    else:
+        raise ValueError(f"unknown action_format {action_format!r}; expected 'tags' or 'fenced'")
+    if action is None:
+        return invalid(error or "no action found", think)
+    if len(action) > MAX_ACTION_CHARS:
+        return invalid(f"action is {len(action)} characters long; at most {MAX_ACTION_CHARS} allowed", think)
+
+    match = _HARNESS.match(action)
+    if match:
+        verb = match.group("verb").lower()
+        arg = match.group("arg") if match.group("arg") is not None else match.group("colon") or match.group("bare") or ""
+        arg = " ".join(arg.split()).strip("[]'\" ")[:MAX_ARGUMENT_CHARS]
+        if verb not in enabled_verbs:
+            allowed = ", ".join(enabled_verbs) if enabled_verbs else "none in this mode"
+            return invalid(f"harness action '{verb}' is not available (harness actions: {allowed})", think)
+        if not arg and verb != "track":
+            return invalid(f"'{verb}' needs an argument, e.g. {verb} [...]", think)
+        return ParsedAction(ActionKind.HARNESS, action=arg, verb=verb, think=think)
+    return ParsedAction(ActionKind.ENV, action=action, think=think)

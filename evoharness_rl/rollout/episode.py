@@ -1,0 +1,217 @@
+"""One episode: environment + BPE workspace + prompt building, text in and text out.
+
+The episode is what an environment worker runs. Each turn:
+
+    messages = episode.prompt()            # chat messages for the policy
+    ... the rollout engine generates a response for them ...
+    episode.step(response)                 # parse -> env step | harness verb | invalid
+
+Every turn costs one step of the shared budget (env, harness and invalid alike); the
+episode ends when the environment says done or the budget is spent (truncation, never
+a success). Token ids are the rollout engine's business; this module sees text only.
+
+Context styles:
+- `per_turn`: every prompt is fresh: system + one user message built from the env's
+  turn template (objective, latest observation, admissible actions, the last
+  `history_length` actions, harness views).
+- `accumulated`: one growing conversation: system, the instruction, then one user
+  message per turn (observation or harness result, actions, views); `prompt()` returns
+  the whole conversation and `new_messages()` the part added since the last response.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from evoharness_rl.envs.base import Environment, StepResult, Task
+from evoharness_rl.harness.protocol import ActionKind, ParsedAction, parse_response
+from evoharness_rl.harness.workspace import ExperienceReader, HarnessMode, HarnessSwitches, Workspace
+from evoharness_rl.rollout.trajectory import Trajectory, Turn
+
+HISTORY_RESULT_CHARS = 160  # each history line shows this much of the action's result
+
+
+@dataclass
+class EpisodeSettings:
+    """Per-episode knobs (filled from the harness/env config by the rollout engine)."""
+
+    mode: str = "adaptive"  # harness mode: env_only | always_on | adaptive
+    switches: HarnessSwitches = field(default_factory=HarnessSwitches)
+    context: str = "per_turn"  # per_turn | accumulated
+    max_steps: int = 50  # shared step budget (env + harness + invalid actions)
+    recall_k: int = 3  # entries returned by recall
+    progress_capacity: int = 8  # subgoals kept by Progress
+    history_length: int = 5  # previous actions shown in a per_turn prompt
+    max_actions_shown: int = 60  # admissible actions listed in a prompt (the rest are elided with a count)
+
+
+class Episode:
+    def __init__(self, env: Environment, settings: EpisodeSettings, experience: ExperienceReader | None = None):
+        self.env = env
+        self.settings = settings
+        self.experience = experience
+        self.spec = env.spec
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def reset(self, task_id: str, seed: int = 0) -> None:
+        s = self.settings
+        self.task, first = self.env.reset(task_id, seed)
+        self.belief = self.env.make_belief()
+        self.belief.reset(self.task, first)
+        self.workspace = Workspace(
+            HarnessMode(s.mode),
+            self.belief,
+            self.experience,
+            s.switches,
+            family=self.task.family,
+            objective=self.task.objective,
+            recall_k=s.recall_k,
+            progress_capacity=s.progress_capacity,
+        )
+        self.last_env: StepResult = first
+        self.last_result: str = first.observation  # what the previous action returned
+        self.done = False
+        self.record = Trajectory(
+            task_id=self.task.task_id,
+            family=self.task.family,
+            env=self.spec.name,
+            split=self.task.split,
+            objective=self.task.objective,
+            mode=s.mode,
+            context=s.context,
+            seed=seed,
+            max_steps=s.max_steps,
+        )
+        self._conversation: list[dict[str, str]] = []
+        self._pending: list[dict[str, str]] = []
+        if s.context == "accumulated":
+            self._conversation = [
+                {"role": "system", "content": self.system_prompt()},
+                {"role": "user", "content": self._user_message(first.observation)},
+            ]
+            self._pending = list(self._conversation)
+        self._history: list[str] = []
+        self._teacher = None
+        self._current_view = ""
+
+    def system_prompt(self) -> str:
+        prompt = self.spec.system_prompts[self.settings.mode]
+        if self.settings.mode == HarnessMode.ADAPTIVE.value:
+            disabled = [v for v in ("track", "commit", "recall", "note") if v not in self.workspace.enabled_verbs]
+            if disabled:
+                prompt += "\n\nNot available in this run (using them is invalid): " + ", ".join(disabled) + "."
+        return prompt
+
+    # -- prompts ---------------------------------------------------------------------
+
+    def _actions_text(self) -> str:
+        actions = self.last_env.admissible_actions
+        cap = self.settings.max_actions_shown
+        shown = ", ".join(actions[:cap])
+        if len(actions) > cap:
+            shown += f", ... ({len(actions) - cap} more)"
+        return shown or "(any valid action)"
+
+    def _user_message(self, observation: str) -> str:
+        self._current_view = self.workspace.render_views()
+        history = "\n".join(self._history[-self.settings.history_length :]) or "(none)"
+        return self.spec.turn_template.format(
+            objective=self.task.objective,
+            observation=observation,
+            actions=self._actions_text(),
+            history=history,
+            harness_views=self._current_view,
+        ).rstrip()
+
+    def prompt(self) -> list[dict[str, str]]:
+        """Chat messages for the next policy call."""
+        if self.settings.context == "accumulated":
+            return list(self._conversation)
+        return [
+            {"role": "system", "content": self.system_prompt()},
+            {"role": "user", "content": self._user_message(self.last_env.observation)},
+        ]
+
+    def new_messages(self) -> list[dict[str, str]]:
+        """Accumulated context: the messages added since the last response."""
+        return list(self._pending)
+
+    # -- acting ------------------------------------------------------------------------
+
+    def step(self, response: str, turn: Turn | None = None) -> Turn:
+        """Apply one response; returns the completed Turn (also appended to the record)."""
+        if self.done:
+            raise RuntimeError("step() called on a finished episode; call reset() first")
+        s = self.settings
+        messages = self.prompt() if s.context == "per_turn" else self.new_messages()
+        view = self._current_view
+        parsed = parse_response(response, self.spec.action_format, self.workspace.enabled_verbs)
+        result, parsed = self._apply(parsed)
+        rec = self.record
+        canonical = parsed.canonical
+        repeated = parsed.kind is not ActionKind.INVALID and bool(self._history) and self._last_canonical == canonical
+        self._last_canonical = canonical if parsed.kind is not ActionKind.INVALID else None
+        rec.steps += 1
+        rec.invalid_count += parsed.kind is ActionKind.INVALID
+        rec.repeat_count += repeated
+        if parsed.kind is ActionKind.HARNESS:
+            rec.harness_calls[parsed.verb] = rec.harness_calls.get(parsed.verb, 0) + 1
+        turn = turn or Turn(index=len(rec.turns), messages=[], response="", action_kind="", action="")
+        turn.index, turn.messages, turn.response = len(rec.turns), messages, response
+        turn.action_kind, turn.action, turn.verb = parsed.kind.value, parsed.action, parsed.verb
+        turn.invalid_reason, turn.observation, turn.harness_view, turn.repeated = parsed.reason, result, view, repeated
+        rec.turns.append(turn)
+        self._history.append(f"{len(self._history) + 1}. {canonical} -> {_short(result)}")
+        if self.last_env.done or rec.steps >= s.max_steps:
+            self._finish(truncated=not self.last_env.done)
+        elif s.context == "accumulated":
+            self._pending = [{"role": "assistant", "content": response}, {"role": "user", "content": self._user_message(result)}]
+            self._conversation.extend(self._pending)
+        if self._teacher is not None:
+            self._teacher.observe(parsed.kind.value, parsed.action, result)
+        return turn
+
+    _last_canonical: str | None = None
+
+    def _apply(self, parsed: ParsedAction) -> tuple[str, ParsedAction]:
+        if parsed.kind is ActionKind.INVALID:
+            return f"Invalid action: {parsed.reason}", parsed
+        if parsed.kind is ActionKind.HARNESS:
+            return self.workspace.execute(parsed), parsed
+        result = self.env.step(parsed.action)
+        self.last_env = result
+        self.belief.update(parsed.action, result)
+        self.workspace.after_env_step()
+        if result.invalid:
+            reason = result.info.get("reason") or f"'{parsed.action}' is not an available action"
+            parsed = ParsedAction(ActionKind.INVALID, action=parsed.action, reason=reason, think=parsed.think)
+        return result.observation, parsed
+
+    def _finish(self, truncated: bool) -> None:
+        rec = self.record
+        self.done = True
+        rec.won = bool(self.last_env.won) and not truncated
+        rec.score = float(self.last_env.score)
+        rec.truncated = truncated and not self.last_env.done
+        rec.notes = list(self.workspace.notes)
+        rec.recalled_ids = list(self.workspace.recalled_ids)
+
+    def fail(self, error: str) -> None:
+        """Mark the episode as failed by infrastructure (not a policy failure)."""
+        self.done = True
+        self.record.error = error
+
+    # -- teacher -------------------------------------------------------------------------
+
+    def teacher_response(self, harness_rate: float, rng: random.Random) -> str:
+        """The scripted expert's next response (the `scripted` policy)."""
+        if self._teacher is None:
+            self._teacher = self.env.make_teacher(self.workspace.enabled_verbs, harness_rate, rng)
+        return self._teacher.respond()
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= HISTORY_RESULT_CHARS else text[: HISTORY_RESULT_CHARS - 3] + "..."
