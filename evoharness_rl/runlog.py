@@ -1,0 +1,165 @@
+"""Run directories: resolved config (secrets removed), metrics.jsonl, a log file, progress bars.
+
+    log = RunLogger(out_dir, cfg.logger)
+    log.info("starting")                     # -> out_dir/run.log and the console
+    log.metrics(step=3, success_rate=0.5)    # -> out_dir/metrics.jsonl (+ wandb)
+    for x in progress(items, description="eval"): ...
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
+
+_SECRET_KEY = re.compile(r"(api_?key|token|password|secret)$", re.IGNORECASE)
+REDACTED = "<redacted>"
+
+
+def redact(data: Any, secrets: Optional[set[str]] = None) -> Any:
+    """Remove secrets from a config dict: any key/token/password field (except the names of
+    environment variables, `*_env`) and any value equal to a `*_API_KEY` environment variable."""
+    if secrets is None:
+        secrets = {v for k, v in os.environ.items() if k.upper().endswith("_API_KEY") and v}
+    if isinstance(data, dict):
+        out = {}
+        for key, value in data.items():
+            if _SECRET_KEY.search(str(key)) and value not in (None, "") and not isinstance(value, (dict, list)):
+                out[key] = REDACTED
+            else:
+                out[key] = redact(value, secrets)
+        return out
+    if isinstance(data, list):
+        return [redact(v, secrets) for v in data]
+    if isinstance(data, str):
+        for secret in secrets:
+            if secret in data:
+                data = data.replace(secret, REDACTED)
+    return data
+
+
+class RunLogger:
+    """Writes metrics.jsonl and run.log in `out_dir`; mirrors metrics to wandb when configured."""
+
+    def __init__(self, out_dir: str | os.PathLike, logger_cfg: Any = None, config: Optional[dict] = None):
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.out_dir / "metrics.jsonl"
+        self.logger = logging.getLogger(f"evoharness_rl.run.{self.out_dir.resolve()}")
+        self.logger.setLevel(logging.INFO)
+        self.logger.propagate = False
+        if not self.logger.handlers:
+            fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
+            file_handler = logging.FileHandler(self.out_dir / "run.log", encoding="utf-8")
+            file_handler.setFormatter(fmt)
+            console = logging.StreamHandler(sys.stderr)
+            console.setFormatter(fmt)
+            self.logger.addHandler(file_handler)
+            self.logger.addHandler(console)
+        self._wandb = None
+        if logger_cfg is not None and getattr(logger_cfg, "backend", "jsonl") == "wandb":
+            self._wandb = _start_wandb(self.out_dir, logger_cfg, config)
+
+    def info(self, message: str) -> None:
+        self.logger.info(message)
+
+    def warning(self, message: str) -> None:
+        self.logger.warning(message)
+
+    def metrics(self, step: int, **values: Any) -> None:
+        record = {"step": step, "time": round(time.time(), 3), **values}
+        with open(self.metrics_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, default=float) + "\n")
+        if self._wandb is not None:
+            self._wandb.log({k: v for k, v in values.items() if isinstance(v, (int, float))}, step=step)
+
+    def close(self) -> None:
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+        for handler in list(self.logger.handlers):
+            handler.close()
+            self.logger.removeHandler(handler)
+
+
+def _start_wandb(out_dir: Path, logger_cfg: Any, config: Optional[dict]):
+    import wandb
+
+    # Without a key wandb would prompt or fail; offline mode never blocks and can be synced later.
+    mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    return wandb.init(
+        project=logger_cfg.project,
+        entity=logger_cfg.entity,
+        name=logger_cfg.run_name or out_dir.name,
+        dir=str(out_dir),
+        config=redact(config or {}),
+        mode=mode,
+    )
+
+
+def read_metrics(out_dir: str | os.PathLike) -> list[dict]:
+    path = Path(out_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+_PROGRESS_ENABLED = True
+
+
+def set_progress(enabled: bool) -> None:
+    """Turn progress bars on/off globally (logger.progress)."""
+    global _PROGRESS_ENABLED
+    _PROGRESS_ENABLED = enabled
+
+
+def progress(iterable: Iterable[T], total: Optional[int] = None, description: str = "") -> Iterator[T]:
+    """A rich progress bar with ETA over `iterable` (plain iteration when disabled or not a TTY)."""
+    if total is None and hasattr(iterable, "__len__"):
+        total = len(iterable)  # type: ignore[arg-type]
+    if not _PROGRESS_ENABLED:
+        yield from iterable
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=False, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task(description, total=total)
+        for item in iterable:
+            yield item
+            bar.advance(task)
+
+
+class ProgressBar:
+    """A manually advanced progress bar (for loops that are not a simple iteration)."""
+
+    def __init__(self, total: Optional[int], description: str = ""):
+        self._bar = None
+        if _PROGRESS_ENABLED and sys.stderr.isatty():
+            from rich.progress import Progress
+
+            self._bar = Progress()
+            self._bar.start()
+            self._task = self._bar.add_task(description, total=total)
+
+    def advance(self, n: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def __enter__(self) -> "ProgressBar":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
