@@ -31,8 +31,8 @@ from enum import Enum
 
 HARNESS_VERBS: tuple[str, ...] = ("track", "commit", "recall", "note")
 MAX_RESPONSE_CHARS = 32_000  # longer responses are cut before parsing (keeps regexes linear and cheap)
-MAX_ACTION_CHARS = 1_000  # an action longer than this is invalid (no env or harness action needs it)
-MAX_ARGUMENT_CHARS = 400  # harness arguments are cut to this length (notes and subgoals stay short)
+MAX_ACTION_CHARS = 1_000  # an env action longer than this is invalid (no environment needs one)
+MAX_ARGUMENT_CHARS = 400  # harness arguments are cut to this length, never rejected (notes and subgoals stay short)
 
 _ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
 _ACTION_BLOCK = re.compile(r"<\s*action\s*>(.*?)<\s*/\s*action\s*>", re.IGNORECASE | re.DOTALL)
@@ -133,9 +133,6 @@ def parse_response(
         raise ValueError(f"unknown action_format {action_format!r}; expected 'tags' or 'fenced'")
     if action is None:
         return invalid(error or "no action found", think)
-    if len(action) > MAX_ACTION_CHARS:
-        return invalid(f"action is {len(action)} characters long; at most {MAX_ACTION_CHARS} allowed", think)
-
     match = _HARNESS.match(action)
     if match:
         verb = match.group("verb").lower()
@@ -147,4 +144,6 @@ def parse_response(
         if not arg and verb != "track":
             return invalid(f"'{verb}' needs an argument, e.g. {verb} [...]", think)
         return ParsedAction(ActionKind.HARNESS, action=arg, verb=verb, think=think)
+    if len(action) > MAX_ACTION_CHARS:
+        return invalid(f"action is {len(action)} characters long; at most {MAX_ACTION_CHARS} allowed", think)
     return ParsedAction(ActionKind.ENV, action=action, think=think)

@@ -86,15 +86,16 @@ class Episode:
         )
         self._conversation: list[dict[str, str]] = []
         self._pending: list[dict[str, str]] = []
+        self._history: list[str] = []
+        self._last_canonical: str | None = None
+        self._teacher = None
+        self._current_view = ""
         if s.context == "accumulated":
             self._conversation = [
                 {"role": "system", "content": self.system_prompt()},
                 {"role": "user", "content": self._user_message(first.observation)},
             ]
             self._pending = list(self._conversation)
-        self._history: list[str] = []
-        self._teacher = None
-        self._current_view = ""
 
     def system_prompt(self) -> str:
         prompt = self.spec.system_prompts[self.settings.mode]
@@ -172,8 +173,6 @@ class Episode:
         if self._teacher is not None:
             self._teacher.observe(parsed.kind.value, parsed.action, result)
         return turn
-
-    _last_canonical: str | None = None
 
     def _apply(self, parsed: ParsedAction) -> tuple[str, ParsedAction]:
         if parsed.kind is ActionKind.INVALID:

@@ -1,0 +1,114 @@
+"""Every YAML composes onto the typed schema; invalid overrides fail naming the field."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from evoharness_rl.cli import config_dir
+from evoharness_rl.config import Config, ConfigError, iter_field_docs, validate
+
+CONFIGS = config_dir()
+GROUPS = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir() and any(p.glob("*.yaml")) and p.name != "accelerate" and p.name != "hydra")
+
+
+def _compose(overrides):
+    ConfigStore.instance().store(name="base_config", node=Config)
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["out_dir=unused", *overrides])
+    return cfg
+
+
+def _group_options():
+    for group in GROUPS:
+        for yaml in sorted((CONFIGS / group).glob("*.yaml")):
+            yield group, yaml.stem
+
+
+@pytest.mark.parametrize("group,option", list(_group_options()))
+def test_every_yaml_composes_and_validates(group, option):
+    overrides = [f"{group}={option}"]
+    if group == "model" and option == "hf":
+        overrides.append("model.path=some/checkpoint")
+    if group == "policy" and option == "replay":
+        overrides.append("policy.path=responses.json")
+    cfg = _compose(overrides)
+    obj = OmegaConf.to_object(cfg)
+    assert isinstance(obj, Config)
+    validate(obj)
+
+
+def test_env_groups_set_paper_defaults():
+    webshop = OmegaConf.to_object(_compose(["env=webshop"]))
+    assert (webshop.env.max_steps_eval, webshop.env.recall_k, webshop.grpo.mini_batch_trajectories) == (20, 6, 32)
+    webarena = OmegaConf.to_object(_compose(["env=webarena"]))
+    assert webarena.reward.success_scale == 1.0 and webarena.grpo.horizon_curriculum == [8, 10, 15]
+    alfworld = OmegaConf.to_object(_compose([]))
+    assert (alfworld.env.max_steps_train, alfworld.env.max_steps_eval, alfworld.reward.success_scale) == (70, 50, 10.0)
+
+
+def test_a_command_line_override_beats_the_env_defaults():
+    cfg = OmegaConf.to_object(_compose(["env=webshop", "env.recall_k=2"]))
+    assert cfg.env.recall_k == 2
+
+
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("harness.mode=bogus", "harness.mode"),
+        ("policy.backend=gpt", "policy.backend"),
+        ("env.max_steps_eval=-1", "env.max_steps_eval"),
+        ("grpo.group_size=0", "grpo.group_size"),
+        ("policy.top_p=1.5", "policy.top_p"),
+        ("env.context=sometimes", "env.context"),
+    ],
+)
+def test_invalid_values_name_the_field(override, field):
+    obj = OmegaConf.to_object(_compose([override]))
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        validate(obj)
+
+
+def test_unknown_key_and_wrong_type_fail_at_compose():
+    with pytest.raises(Exception, match="bogus"):
+        _compose(["harness.bogus=1"])
+    with pytest.raises(Exception, match="max_steps_eval"):
+        OmegaConf.to_object(_compose(["env.max_steps_eval=many"]))
+
+
+def test_every_field_is_documented():
+    undocumented = [name for name, _, doc in iter_field_docs(Config) if not doc]
+    assert undocumented == []
+
+
+def test_cli_rejects_a_bad_mode_quickly_without_heavy_imports(tmp_path):
+    start = time.time()
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    code = (
+        "import sys\n"
+        "from evoharness_rl.cli import main\n"
+        "try:\n"
+        f"    main(['eval', 'env=alfworld', 'harness.mode=bogus', 'out_dir={tmp_path / 'run'}'])\n"
+        "finally:\n"
+        "    heavy = [m for m in ('torch', 'transformers', 'vllm', 'alfworld', 'textworld') if m in sys.modules]\n"
+        "    print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
+    elapsed = time.time() - start
+    assert proc.returncode != 0
+    assert "harness.mode" in proc.stderr and "env_only, always_on, adaptive" in proc.stderr
+    assert "HEAVY []" in proc.stderr
+    assert elapsed < 30
+
+
+def test_cli_help_lists_every_command():
+    proc = subprocess.run([sys.executable, "-m", "evoharness_rl", "--help"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0
+    for command in ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model"):
+        assert command in proc.stdout
