@@ -6,12 +6,16 @@
 
 Token backends (`hf`, `vllm`, `vllm_server`) receive prompt token ids and return the
 exact completion ids with one sampling logprob per id (token-in, token-out: nothing is
-re-tokenised). Text backends (`openai`, `scripted`, `replay`) receive chat messages and
-return text only (empty id/logprob lists).
+re-tokenised). The logprob is that of the distribution the token was sampled from:
+logits / temperature, top-p nucleus renormalised (vLLM's `processed_logprobs`); greedy:
+plain log-softmax. A completion that stopped keeps its end-of-turn token. Text backends
+(`openai`, `scripted`, `replay`) receive chat messages and return text only (empty
+id/logprob lists).
 
 Prompt truncation rule (token backends): a prompt longer than `max_prompt_tokens` keeps
 its first `keep_head` tokens (the system message) and the most recent tokens, dropping
-the middle; the request is flagged `prompt_truncated` and counted by the engine.
+the middle; the request is flagged `prompt_truncated` and counted by the engine
+(`engines.truncate_prompt`; `engines.system_head_length` gives `keep_head`).
 """
 
 from __future__ import annotations

