@@ -45,7 +45,7 @@ class AlfworldConfig:
     valid_seen_games: int = 140  # generated valid_seen games (paper: 140)
     valid_unseen_games: int = 134  # generated valid_unseen games (paper: 134)
     generator_seed: int = 0  # seed of the game generator (same seed -> same games)
-    expert: str = "handcoded"  # engine expert used to verify solvability: handcoded | planner
+    expert: str = "planner"  # engine expert that must solve each generated game: planner (fast-downward) | handcoded (slower; pick_two games still use the planner)
 
 
 @dataclass
@@ -54,6 +54,7 @@ class WebShopConfig:
 
     backend: str = "sim"  # sim: our offline simulator | real: a WebShop checkout (web_agent_site)
     webshop_path: Optional[str] = None  # path of a WebShop checkout (backend=real)
+    real_num_products: Optional[int] = None  # backend=real: products WebShop loads (its indexes: 100, 1000, 100000; null = all)
     num_products: int = 5000  # products in the generated catalogue
     num_goals: int = 2000  # generated instructions; test = goals 0-499, train = the rest (paper split)
     test_goals: int = 500  # the first N goals form the test split
@@ -74,6 +75,7 @@ class EnvConfig:
     recall_k: int = 3  # entries returned by recall [query] (paper: 3 ALFWorld / 6 WebShop / 3 WebArena)
     num_workers: int = 2  # environment worker processes per node
     step_timeout_s: float = 60.0  # a worker silent for longer than this is killed and its episode errored
+    max_live_episodes: int = 64  # episodes in flight at once over all workers; each turn their prompts form one backend batch
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
     webshop: WebShopConfig = field(default_factory=WebShopConfig)
 
@@ -203,10 +205,14 @@ class GRPOConfig:
     loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean
     horizon_curriculum: list[int] = field(default_factory=list)  # step budgets over training, e.g. [8, 10, 15]; [] = env.max_steps_train
     lora: bool = False  # train LoRA adapters instead of full parameters (reference = adapters off)
+    lora_r: int = 64  # LoRA rank when grpo.lora (vllm backends: at most policy.max_lora_rank)
+    lora_alpha: int = 128  # LoRA scaling when grpo.lora
     eval_every: int = 10  # validation eval every N updates (0: never)
     eval_split: str = "valid_seen"  # split used for periodic validation
     eval_limit: int = 32  # tasks in each periodic validation
     save_every: int = 10  # checkpoint every N updates
+    keep_checkpoints: int = 2  # newest checkpoints kept in out_dir/checkpoints (older ones are deleted; 0: keep all)
+    lr_warmup_steps: int = 0  # optimizer steps of linear learning-rate warmup (0: constant lr, as in the paper)
     max_bad_updates: int = 5  # stop after this many skipped (NaN/inf) updates
     gradient_checkpointing: Optional[bool] = None  # null: on with a GPU, off on CPU
 
@@ -229,6 +235,10 @@ class ExperienceConfig:
     api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the consolidator's key
     max_new_tokens: int = 2048  # consolidator response limit
     max_field_chars: int = 300  # longer entry fields are rejected
+    max_prompt_chars: int = 24000  # LLM consolidation: characters of episode/note evidence per prompt (the rest is elided)
+    max_retries: int = 4  # openai consolidator: retries with backoff before a call counts as failed
+    request_timeout_s: float = 300.0  # openai consolidator: per-request timeout
+    trajectories: Optional[str] = None  # consolidate: a .jsonl file, a trajectories/ folder or a run directory to learn from
 
 
 # ------------------------------------------------------------------------ logger
@@ -317,13 +327,16 @@ def validate(cfg: Config) -> Config:
                  "sft.gradient_accumulation_steps", "sft.max_seq_length", "grpo.updates", "grpo.prompts_per_update",
                  "grpo.group_size", "grpo.mini_batch_trajectories", "grpo.micro_batch_samples", "grpo.inner_epochs",
                  "experience.capacity", "experience.window", "episodes_per_task", "limit", "env.step_timeout_s",
-                 "reward.anneal_updates", "policy.tensor_parallel_size"):
+                 "experience.max_field_chars", "experience.max_prompt_chars", "experience.request_timeout_s",
+                 "env.max_live_episodes",
+                 "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha"):
         _positive(name, _get(cfg, name))
     for name in ("env.alfworld.valid_seen_games", "env.alfworld.valid_unseen_games", "harness.history_length",
                  "reward.success_scale", "reward.invalid_penalty", "reward.repeat_penalty", "reward.repeat_cap",
                  "reward.lambda_div_max", "reward.lambda_eff", "policy.temperature", "policy.max_retries",
                  "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
-                 "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay"):
+                 "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
+                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.gpu_memory_utilization", "sft.warmup_ratio",
                  "sft.validation_fraction"):
