@@ -73,7 +73,8 @@ def _hydra_main(command: str, overrides: list[str]) -> None:
     ConfigStore.instance().store(name="base_config", node=Config)
     task = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(_run)
     saved = sys.argv
-    sys.argv = [f"evoharness-rl {command}", f"command={command}", *overrides]
+    # command= goes last: Hydra's flags (--multirun, --cfg job) must come before the first override.
+    sys.argv = [f"evoharness-rl {command}", *overrides, f"command={command}"]
     try:
         task()
     finally:

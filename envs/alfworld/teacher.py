@@ -62,7 +62,9 @@ class World:
             return (info.name if info is not None and info.name else var.name).strip()
 
         world = cls()
-        for fact in facts:
+        # The engine's fact order differs between processes; sort so the teacher's choices
+        # (and so a replayed episode) are the same in every worker.
+        for fact in sorted(facts, key=str):
             args = fact.arguments
             if fact.name == "receptacletype":
                 world.receptacles[name(args[0])] = object_type(name(args[0]))

@@ -81,6 +81,7 @@ class Episode:
             objective=self.task.objective,
             mode=s.mode,
             context=s.context,
+            prompt_version=self.spec.prompt_version,
             seed=seed,
             max_steps=s.max_steps,
         )

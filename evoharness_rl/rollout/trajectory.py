@@ -61,6 +61,7 @@ class Trajectory:
     objective: str = ""
     mode: str = "adaptive"  # harness mode
     context: str = "per_turn"  # "per_turn" | "accumulated"
+    prompt_version: str = ""  # EnvSpec.prompt_version of the prompts it was played with (SFT rejects stale data)
     seed: int = 0
     turns: list[Turn] = field(default_factory=list)
     won: bool = False

@@ -1,0 +1,238 @@
+"""`evoharness-rl report runs=[dir,...]`: Markdown tables and PNG plots from run directories.
+
+    text = report(["runs/sft_seen", "runs/rl_seen", "runs/rl_unseen", "runs/grpo"], out_dir="runs/report")
+
+- Every run directory with a `summary.json` (eval or collect) is one row of the table of
+  its environment and split, laid out like the paper's Table 1 / Table 3: success rate
+  per task family (ALFWorld: Pick, Look, Clean, Heat, Cool, Pick2), the average, the
+  score where the environment has one, then harness calls, invalid actions and errors
+  per episode. All rates are percentages.
+- When runs of the same policy were evaluated on both `valid_seen` and `valid_unseen`,
+  a seen-vs-unseen table pairs them (rows keyed by env, policy, model, harness mode).
+- Every run directory with a GRPO `metrics.jsonl` gets a plot of success rate and
+  harness calls per episode over updates; each split's table gets a per-family bar chart.
+
+Plots are written next to `report.md` in `out_dir` (when given) and linked from it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+from evoharness_rl.fileio import atomic_write_text
+
+REPORT_FILE = "report.md"
+ALFWORLD_FAMILIES = {  # task_type -> the paper's column name, in the paper's order
+    "pick_and_place_simple": "Pick",
+    "look_at_obj_in_light": "Look",
+    "pick_clean_then_place_in_recep": "Clean",
+    "pick_heat_then_place_in_recep": "Heat",
+    "pick_cool_then_place_in_recep": "Cool",
+    "pick_two_obj_and_place": "Pick2",
+}
+SPLIT_NAMES = {"valid_seen": "seen", "valid_unseen": "unseen"}
+TRAINING_CURVES = (  # (metrics.jsonl key, plot title, scale)
+    ("success_rate", "success rate (%)", 100.0),
+    ("harness_calls_per_episode", "harness calls / episode", 1.0),
+)
+
+
+class ReportError(ValueError):
+    """A run directory that cannot be reported; the message names it and what was expected."""
+
+
+# --------------------------------------------------------------------------------- loading
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """{name, dir, summary or None, metrics: [...]}; a directory with neither is an error."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise ReportError(f"run directory {path} does not exist")
+    summary_file, metrics_file = path / "summary.json", path / "metrics.jsonl"
+    summary = json.loads(summary_file.read_text(encoding="utf-8")) if summary_file.exists() else None
+    metrics = []
+    if metrics_file.exists():
+        lines = metrics_file.read_text(encoding="utf-8").splitlines()
+        metrics = [json.loads(line) for line in lines if line.strip()]
+    if summary is None and not any(_has_curves(m) for m in metrics):
+        raise ReportError(f"{path} has no summary.json (eval/collect) and no training metrics.jsonl (grpo)")
+    return {"name": path.name, "dir": path, "summary": summary, "metrics": metrics}
+
+
+def _has_curves(record: dict) -> bool:
+    return any(key in record for key, _, _ in TRAINING_CURVES)
+
+
+# ---------------------------------------------------------------------------------- tables
+
+
+def _pct(value: Optional[float]) -> str:
+    return "–" if value is None else f"{100.0 * value:.1f}"
+
+
+def _num(value: Optional[float]) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def family_columns(env: str, summaries: list[dict]) -> list[tuple[str, str]]:
+    """[(family key, column title)]: ALFWorld's six in paper order, else the families found."""
+    found = sorted({fam for s in summaries for fam in s.get("per_family", {})})
+    if env == "alfworld" and set(found) <= set(ALFWORLD_FAMILIES):
+        return list(ALFWORLD_FAMILIES.items())
+    return [(fam, fam) for fam in found]
+
+
+def split_table(env: str, split: str, runs: list[dict]) -> str:
+    """One Markdown table: a row per run of this env and split."""
+    summaries = [r["summary"] for r in runs]
+    families = family_columns(env, summaries)
+    header = ["Run", "Mode", "Policy"] + [title for _, title in families]
+    header += ["Avg.", "Score", "Harness/ep", "Invalid/ep", "Steps", "Episodes", "Errors"]
+    lines = [_row(header), _row(["---"] * len(header))]
+    for run, s in zip(runs, summaries):
+        per_family = s.get("per_family", {})
+        cells = [run["name"], s.get("mode", ""), _policy_label(s)]
+        cells += [_pct(per_family.get(key, {}).get("success_rate")) for key, _ in families]
+        cells += [_pct(s.get("success_rate")), _num(s.get("score")), _num(s.get("harness_calls_per_episode")),
+                  _num(s.get("invalid_actions_per_episode")), _num(s.get("steps")), str(s.get("episodes", 0)),
+                  str(s.get("errors", 0))]
+        lines.append(_row(cells))
+    return "\n".join(lines)
+
+
+def seen_unseen_table(runs: list[dict]) -> Optional[str]:
+    """Pairs runs of the same policy on valid_seen and valid_unseen (None when nothing pairs)."""
+    pairs: dict[tuple, dict[str, dict]] = {}
+    for run in runs:
+        s = run["summary"]
+        if s.get("split") in SPLIT_NAMES:
+            key = (s.get("env"), s.get("mode"), _policy_label(s))
+            pairs.setdefault(key, {})[SPLIT_NAMES[s["split"]]] = s
+    rows = {k: v for k, v in pairs.items() if len(v) == 2}
+    if not rows:
+        return None
+    header = ["Env", "Mode", "Policy", "Seen SR", "Unseen SR", "Seen harness/ep", "Unseen harness/ep"]
+    lines = [_row(header), _row(["---"] * len(header))]
+    for (env, mode, policy), by in sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        seen, unseen = by["seen"], by["unseen"]
+        lines.append(_row([env, mode, policy, _pct(seen.get("success_rate")), _pct(unseen.get("success_rate")),
+                           _num(seen.get("harness_calls_per_episode")), _num(unseen.get("harness_calls_per_episode"))]))
+    return "\n".join(lines)
+
+
+def _policy_label(summary: dict) -> str:
+    model = summary.get("model")
+    return f"{summary.get('policy', '?')}" + (f" ({Path(model).name})" if model and summary.get("policy") in
+                                              ("hf", "vllm", "vllm_server", "openai") else "")
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(str(c).replace("|", "/") for c in cells) + " |"
+
+
+# ----------------------------------------------------------------------------------- plots
+
+
+def plot_training(run: dict, out_dir: Path) -> Optional[Path]:
+    """Success rate and harness calls per episode over GRPO updates (one PNG per run)."""
+    records = [m for m in run["metrics"] if _has_curves(m)]
+    if not records:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(TRAINING_CURVES), figsize=(10, 3.5))
+    for ax, (key, title, scale) in zip(axes, TRAINING_CURVES):
+        points = [(m["step"], scale * m[key]) for m in records if m.get(key) is not None]
+        if points:
+            ax.plot(*zip(*points), marker="o", markersize=3, label="rollouts")
+        val = [(m["step"], scale * m[f"val/{key}"]) for m in run["metrics"] if m.get(f"val/{key}") is not None]
+        if val:
+            ax.plot(*zip(*val), marker="s", markersize=4, label="validation")
+            ax.legend()
+        ax.set_xlabel("update")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+    fig.suptitle(run["name"])
+    fig.tight_layout()
+    path = out_dir / f"{run['name']}_training.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_families(env: str, split: str, runs: list[dict], out_dir: Path) -> Optional[Path]:
+    """Grouped bars: success rate per task family, one bar per run."""
+    families = family_columns(env, [r["summary"] for r in runs])
+    if not families:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    width = 0.8 / max(len(runs), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(families)), 3.5))
+    for i, run in enumerate(runs):
+        per_family = run["summary"].get("per_family", {})
+        values = [100.0 * (per_family.get(key, {}).get("success_rate") or 0.0) for key, _ in families]
+        ax.bar([j + i * width for j in range(len(families))], values, width, label=run["name"])
+    ax.set_xticks([j + width * (len(runs) - 1) / 2 for j in range(len(families))], [t for _, t in families])
+    ax.set_ylabel("success rate (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title(f"{env} {split}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / f"success_{env}_{split}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------- report
+
+
+def report(run_dirs: list[str | Path], out_dir: Optional[str | Path] = None) -> str:
+    """The Markdown report of `run_dirs`; with `out_dir`, also writes report.md and the plots there."""
+    if not run_dirs:
+        raise ReportError("no run directories given; pass runs=[dir1,dir2,...]")
+    runs = [load_run(d) for d in run_dirs]
+    target = Path(out_dir) if out_dir is not None else None
+    if target is not None:
+        target.mkdir(parents=True, exist_ok=True)
+    sections = ["# EvoHarness-RL report", "", "Success rates are percentages; per-episode counts are means."]
+    evaluated = [r for r in runs if r["summary"] is not None]
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for run in evaluated:
+        groups.setdefault((run["summary"].get("env", "?"), run["summary"].get("split", "?")), []).append(run)
+    for (env, split), members in sorted(groups.items()):
+        title = f"{env} — {split}" + (f" ({SPLIT_NAMES[split]})" if split in SPLIT_NAMES else "")
+        sections += ["", f"## {title}", "", split_table(env, split, members)]
+        if target is not None and (png := plot_families(env, split, members, target)):
+            sections += ["", f"![{title}]({png.name})"]
+    paired = seen_unseen_table(evaluated)
+    if paired:
+        sections += ["", "## Seen vs unseen", "", paired]
+    for run in runs:
+        if target is not None and (png := plot_training(run, target)):
+            sections += ["", f"## Training: {run['name']}", "", f"![{run['name']} training]({png.name})"]
+    text = "\n".join(sections) + "\n"
+    if target is not None:
+        atomic_write_text(target / REPORT_FILE, text)
+    return text
+
+
+def report_command(cfg: Any) -> None:
+    """CLI entry: `evoharness-rl report runs=[...] out_dir=...` prints the Markdown."""
+    from evoharness_rl.cli import UserError
+
+    try:
+        text = report(list(cfg.runs), cfg.out_dir)
+    except ReportError as err:
+        raise UserError(str(err)) from None
+    print(text)

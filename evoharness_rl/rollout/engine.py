@@ -1,0 +1,408 @@
+"""The rollout engine: many episodes in flight, one backend batch per turn, exact tokens.
+
+    engine = build_engine(cfg)                                   # pool + backend from a Config
+    trajs = engine.run(jobs, episode_settings(cfg, train=True), experience=snapshot)
+
+Each turn of `run`:
+
+    1. every live episode's prompt goes to the backend in ONE `generate` call
+       (token backends get prompt ids; text backends get chat messages; the scripted
+       teacher's responses were fetched from the workers with the previous step);
+    2. the responses go back to the environment workers, all workers in parallel
+       (`EnvPool`), which parse them, step the env or run the harness verb, and
+       return the completed turn and the next prompt;
+    3. finished episodes free their slot; queued jobs are reset in those slots while
+       the next `generate` runs (an ALFWorld reset can take seconds).
+
+Tokens (token backends: hf, vllm, vllm_server) are never re-tokenised from text:
+- `per_turn`: the prompt ids of a turn are `encode_prompt(messages)`;
+- `accumulated`: the prompt ids of turn t are the conversation so far -- the previous
+  prompt ids, then the completion ids exactly as generated, then
+  `encode_continuation` of the new environment messages. `Trajectory.sequence_ids`
+  keeps that sequence, with `loss_mask` 1 exactly on the generated tokens and
+  `sequence_logprobs` their sampling logprobs (0.0 elsewhere).
+A prompt longer than `max_prompt_tokens` is cut by `engines.truncate_prompt` (the
+documented rule: keep the system head and the most recent tokens) and the turn is
+flagged `prompt_truncated`. In `accumulated` context the sequence record stays whole
+and the flagged turn's `prompt_ids` are what the model actually saw.
+
+Failures are infrastructure errors, recorded in `Trajectory.error`, never policy
+failures: a backend `Completion.error` (after the backend's own retries), a worker
+crash or step timeout (see `pool.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings
+from evoharness_rl.harness.workspace import ExperienceReader, HarnessSwitches
+from evoharness_rl.rollout.episode import EpisodeSettings
+from evoharness_rl.rollout.pool import EnvPool, Finish, Pending, Reply, Reset, Step, Teacher
+from evoharness_rl.rollout.trajectory import Trajectory, Turn
+from evoharness_rl.runlog import ProgressBar
+
+_RUN_IDS = itertools.count()  # episode keys stay unique across runs (replay/scripted backends keep per-key state)
+
+
+@dataclass
+class EpisodeJob:
+    """One episode to play."""
+
+    task_id: str
+    seed: int = 0  # env reset seed (and the scripted teacher's choices)
+    group: int = 0  # GRPO group (the task's index in the update); carried through for the caller
+
+
+@dataclass
+class RolloutStats:
+    """Counters of the latest `run` (for logs and benchmarks)."""
+
+    episodes: int = 0
+    turns: int = 0
+    generated_tokens: int = 0
+    prompt_truncations: int = 0
+    errors: int = 0
+    generate_s: float = 0.0  # time inside backend.generate
+    env_s: float = 0.0  # time waiting for the environment workers (resets overlapping generation are not counted)
+    wall_s: float = 0.0
+
+
+@dataclass
+class _Live:
+    """Engine-side state of one episode in flight."""
+
+    index: int  # position in `jobs`
+    key: str
+    header: Trajectory  # the empty record from reset (task, family, settings)
+    messages: list[dict[str, str]]  # next prompt (per_turn) / messages added since the last response (accumulated)
+    started: float
+    turns: list[Turn] = field(default_factory=list)
+    teacher_response: Optional[str] = None  # scripted: the teacher's next response, fetched with the last step
+    request: Optional[GenerationRequest] = None  # this turn's request (its prompt ids go into the Turn)
+    keep_head: Optional[int] = None  # prompt tokens of the system message (kept by truncation)
+    conversation: list[dict[str, str]] = field(default_factory=list)  # accumulated: the messages encoded so far
+    sequence_ids: list[int] = field(default_factory=list)  # accumulated: the whole conversation's ids
+    sequence_logprobs: list[float] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+
+
+class RolloutEngine:
+    """Plays batches of episodes over an `EnvPool` with one `GenerationBackend`."""
+
+    def __init__(
+        self,
+        pool: EnvPool,
+        backend: GenerationBackend,
+        tokenizer: Any = None,
+        sampling: Optional[SamplingSettings] = None,
+        max_prompt_tokens: int = 12288,
+        max_live_episodes: int = 64,
+        harness_rate: float = 0.5,
+        reward_cfg: Any = None,
+    ):
+        if max_live_episodes < 1:
+            raise ValueError(f"max_live_episodes={max_live_episodes} must be >= 1")
+        if backend.uses_tokens and tokenizer is None:
+            raise ValueError(f"{type(backend).__name__} generates from token ids and needs a tokenizer; got None")
+        self.pool = pool
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.sampling = sampling or SamplingSettings()
+        self.max_prompt_tokens = max_prompt_tokens
+        self.max_live_episodes = max_live_episodes
+        self.harness_rate = harness_rate  # scripted teacher: how often it uses BPE verbs
+        self.reward_cfg = reward_cfg  # config.RewardConfig: store reward components in each record
+        self.stats = RolloutStats()
+
+    # -- public ---------------------------------------------------------------------------
+
+    def run(
+        self,
+        jobs: list[EpisodeJob],
+        settings: EpisodeSettings,
+        experience: Optional[ExperienceReader] = None,
+        on_finish: Optional[Callable[[int, Trajectory], None]] = None,
+        update_index: int = 0,
+    ) -> list[Trajectory]:
+        """Play every job; returns the trajectories in the order of `jobs`.
+
+        `experience` is one frozen snapshot for the whole batch; `on_finish(i, traj)` is
+        called as soon as job i is over (eval writes its record there); `update_index`
+        is the GRPO update u used by the reward's diversity schedule.
+        """
+        start = time.monotonic()
+        self.stats = RolloutStats(episodes=len(jobs))
+        self._settings, self._on_finish, self._update_index = settings, on_finish, update_index
+        self._results: list[Optional[Trajectory]] = [None] * len(jobs)
+        self._bar = ProgressBar(len(jobs), "episodes")
+        version = self.pool.set_experience(experience)
+        run_id = next(_RUN_IDS)
+        queue = deque((i, f"{run_id}:{i}", job) for i, job in enumerate(jobs))
+        live: dict[str, _Live] = {}
+        try:
+            resets = self._submit_resets(queue, live, version)
+            while live or resets is not None:
+                completions = self._generate(list(live.values()))
+                if resets is not None:
+                    self._admit(resets, live)
+                self._step(completions, live)
+                resets = self._submit_resets(queue, live, version)
+        finally:
+            self._abandon(live)
+            self._bar.close()
+            self.stats.wall_s = time.monotonic() - start
+        return self._results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.pool.close()
+        self.backend.release()
+
+    def __enter__(self) -> "RolloutEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def _submit_resets(self, queue: deque, live: dict[str, _Live], version: int) -> Optional[tuple]:
+        """Reset queued jobs into free slots; the replies are collected after the next generate."""
+        free = self.max_live_episodes - len(live)
+        if not queue or free <= 0:
+            return None
+        batch = [queue.popleft() for _ in range(min(free, len(queue)))]
+        commands: list[Any] = []
+        for _, key, job in batch:
+            commands.append(Reset(key, job.task_id, job.seed, self._settings, version))
+            if self._needs_teacher:
+                commands.append(Teacher(key, self.harness_rate))
+        return batch, self.pool.submit(commands)
+
+    def _admit(self, resets: tuple, live: dict[str, _Live]) -> None:
+        batch, pending = resets
+        replies = self._collect(pending)
+        stride = 2 if self._needs_teacher else 1
+        for n, (index, key, job) in enumerate(batch):
+            reply = replies[n * stride]
+            if not reply.ok:
+                record = Trajectory(task_id=job.task_id, family="", env="", seed=job.seed, error=reply.error)
+                self._done(index, record)
+                continue
+            update = reply.value
+            state = _Live(index, key, update.trajectory, update.messages, time.monotonic())
+            if self._needs_teacher:
+                state.teacher_response = replies[n * stride + 1].value
+            live[key] = state
+
+    # -- one turn -----------------------------------------------------------------------------
+
+    def _generate(self, episodes: list[_Live]) -> dict[str, Completion]:
+        """One backend call with the prompts of every live episode."""
+        if not episodes:
+            return {}
+        requests = [self._request(ep) for ep in episodes]
+        t0 = time.monotonic()
+        completions = self.backend.generate(requests, self.sampling)
+        self.stats.generate_s += time.monotonic() - t0
+        if len(completions) != len(requests):
+            raise RuntimeError(
+                f"{type(self.backend).__name__}.generate returned {len(completions)} completions "
+                f"for {len(requests)} requests; a backend must answer every request, in order"
+            )
+        for ep, request in zip(episodes, requests):
+            ep.request = request
+        return {ep.key: c for ep, c in zip(episodes, completions)}
+
+    def _request(self, ep: _Live) -> GenerationRequest:
+        teacher = None
+        if ep.teacher_response is not None:
+            teacher = functools.partial(_constant, ep.teacher_response)
+        request = GenerationRequest(messages=ep.messages, key=ep.key, teacher=teacher)
+        if self.backend.uses_tokens:
+            request.prompt_ids, request.prompt_truncated = self._prompt_ids(ep)
+        return request
+
+    def _step(self, completions: dict[str, Completion], live: dict[str, _Live]) -> None:
+        """Send every response to its worker (one submission); fold the replies into the episodes."""
+        commands: list[Any] = []
+        positions: dict[str, int] = {}
+        for key, completion in completions.items():
+            positions[key] = len(commands)
+            if completion.error is not None:
+                commands.append(Finish(key))  # drop the episode from its worker
+                continue
+            commands.append(Step(key, completion.text))
+            if self._needs_teacher:
+                commands.append(Teacher(key, self.harness_rate))
+        replies = self._collect(self.pool.submit(commands)) if commands else []
+        for key, completion in completions.items():
+            ep, reply = live[key], replies[positions[key]]
+            if completion.error is not None:
+                self._fail(ep, live, f"generation failed: {completion.error}")
+            elif not reply.ok:
+                self._fail(ep, live, reply.error)
+            else:
+                self._advance(ep, live, completion, replies, positions[key])
+
+    def _advance(self, ep: _Live, live: dict[str, _Live], completion: Completion, replies: list[Reply], at: int
+                 ) -> None:
+        """Record the completed turn; finish the episode or keep its next prompt."""
+        update = replies[at].value
+        self._record_turn(ep, update.turn, completion)
+        if self._needs_teacher:
+            ep.teacher_response = replies[at + 1].value
+        if update.done:
+            del live[ep.key]
+            self._done(ep.index, self._assemble(ep, update.trajectory))
+        else:
+            ep.messages = update.messages
+
+    def _record_turn(self, ep: _Live, turn: Turn, completion: Completion) -> None:
+        request = ep.request
+        assert request is not None
+        turn.prompt_ids = list(request.prompt_ids)
+        turn.completion_ids = list(completion.completion_ids)
+        turn.logprobs = list(completion.logprobs)
+        turn.prompt_truncated = request.prompt_truncated
+        turn.check_tokens()
+        ep.turns.append(turn)
+        self.stats.turns += 1
+        self.stats.generated_tokens += len(turn.completion_ids)
+        self.stats.prompt_truncations += request.prompt_truncated
+        if self._settings.context == "accumulated" and self.backend.uses_tokens:
+            ep.sequence_ids.extend(turn.completion_ids)
+            ep.sequence_logprobs.extend(turn.logprobs)
+            ep.loss_mask.extend([1] * len(turn.completion_ids))
+
+    # -- tokens -------------------------------------------------------------------------------
+
+    def _prompt_ids(self, ep: _Live) -> tuple[list[int], bool]:
+        """This turn's prompt ids (per_turn: fresh; accumulated: the sequence so far), truncated by the rule."""
+        from evoharness_rl.engines.tokens import encode_continuation, encode_prompt, system_head_length, truncate_prompt
+
+        if ep.keep_head is None:
+            ep.keep_head = system_head_length(self.tokenizer, ep.messages)
+        if self._settings.context == "per_turn":
+            return truncate_prompt(encode_prompt(self.tokenizer, ep.messages), self.max_prompt_tokens, ep.keep_head)
+        if not ep.sequence_ids:
+            added = encode_prompt(self.tokenizer, ep.messages)
+        else:
+            last = ep.turns[-1].completion_ids
+            added = encode_continuation(self.tokenizer, ep.messages, last, ep.conversation)
+        ep.conversation.extend(ep.messages)
+        ep.sequence_ids.extend(added)
+        ep.sequence_logprobs.extend([0.0] * len(added))
+        ep.loss_mask.extend([0] * len(added))
+        return truncate_prompt(ep.sequence_ids, self.max_prompt_tokens, ep.keep_head)
+
+    # -- endings ------------------------------------------------------------------------------
+
+    def _assemble(self, ep: _Live, record: Trajectory) -> Trajectory:
+        record.turns = ep.turns
+        record.sequence_ids = ep.sequence_ids
+        record.sequence_logprobs = ep.sequence_logprobs
+        record.loss_mask = ep.loss_mask
+        record.wall_s = time.monotonic() - ep.started
+        return record
+
+    def _fail(self, ep: _Live, live: dict[str, _Live], error: str) -> None:
+        """End `ep` as an infrastructure error (not a policy failure)."""
+        del live[ep.key]
+        record = self._assemble(ep, Trajectory.from_dict(ep.header.to_dict()))
+        _tally(record)
+        record.error = error
+        self._done(ep.index, record)
+
+    def _done(self, index: int, record: Trajectory) -> None:
+        if record.error is not None:
+            self.stats.errors += 1
+        elif self.reward_cfg is not None:
+            from evoharness_rl.grpo.core import reward_components
+
+            record.rewards = reward_components(record, self.reward_cfg, self._update_index)
+        self._results[index] = record
+        self._bar.advance()
+        if self._on_finish is not None:
+            self._on_finish(index, record)
+
+    def _abandon(self, live: dict[str, _Live]) -> None:
+        """After an exception: free the episodes still in the workers."""
+        try:
+            self.pool.abandon(list(live))
+        except Exception:  # noqa: BLE001 - the original exception is the one to report
+            pass
+
+    def _collect(self, pending: Pending) -> list[Reply]:
+        """Wait for the workers (the time counted as env_s: what generation did not hide)."""
+        t0 = time.monotonic()
+        replies = self.pool.collect(pending)
+        self.stats.env_s += time.monotonic() - t0
+        return replies
+
+    @property
+    def _needs_teacher(self) -> bool:
+        return bool(getattr(self.backend, "needs_teacher", False))
+
+
+def _constant(text: str) -> str:
+    return text
+
+
+def _tally(record: Trajectory) -> None:
+    """Counters of a partial record, recomputed from its turns."""
+    record.steps = len(record.turns)
+    record.invalid_count = sum(t.action_kind == "invalid" for t in record.turns)
+    record.repeat_count = sum(t.repeated for t in record.turns)
+    calls: dict[str, int] = {}
+    for t in record.turns:
+        if t.action_kind == "harness" and t.verb:
+            calls[t.verb] = calls.get(t.verb, 0) + 1
+    record.harness_calls = calls
+
+
+# --------------------------------------------------------------------------- from a Config
+
+
+def episode_settings(cfg: Any, train: bool = False, max_steps: Optional[int] = None) -> EpisodeSettings:
+    """EpisodeSettings from the harness and env sections (`max_steps` overrides the budget)."""
+    h, env = cfg.harness, cfg.env
+    budget = max_steps if max_steps is not None else (env.max_steps_train if train else env.max_steps_eval)
+    return EpisodeSettings(
+        mode=h.mode,
+        switches=HarnessSwitches(belief=h.belief, progress=h.progress, experience=h.experience),
+        context=env.context,
+        max_steps=budget,
+        recall_k=env.recall_k,
+        progress_capacity=h.progress_capacity,
+        history_length=h.history_length,
+    )
+
+
+def sampling_settings(cfg: Any) -> SamplingSettings:
+    p = cfg.policy
+    return SamplingSettings(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, seed=cfg.seed)
+
+
+def build_engine(cfg: Any, backend: Optional[GenerationBackend] = None) -> RolloutEngine:
+    """The pool (cfg.env) and backend (cfg.policy/cfg.model) of a Config, wired into an engine."""
+    from evoharness_rl.engines import make_backend
+    from evoharness_rl.envs import make_env
+
+    backend = backend if backend is not None else make_backend(cfg)
+    pool = EnvPool(functools.partial(make_env, cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
+    return RolloutEngine(
+        pool,
+        backend,
+        tokenizer=getattr(backend, "tokenizer", None),
+        sampling=sampling_settings(cfg),
+        max_prompt_tokens=cfg.policy.max_prompt_tokens,
+        max_live_episodes=cfg.env.max_live_episodes,
+        harness_rate=cfg.policy.harness_rate,
+        reward_cfg=cfg.reward,
+    )

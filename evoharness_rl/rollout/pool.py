@@ -1,0 +1,536 @@
+"""Environment worker pool: N processes, each hosting many live episodes at once.
+
+    with EnvPool(functools.partial(make_env, cfg.env), num_workers=2, step_timeout_s=60) as pool:
+        pool.set_experience(snapshot)              # pickled once, shipped once to each worker
+        replies = pool.call([Reset("a", task_id, seed, settings), Reset("b", ...)])
+        replies = pool.call([Step("a", response), Teacher("a", 0.5), Step("b", ...)])
+
+`call` sends every worker its share of the commands in one message, so the workers
+run in parallel; a worker runs its commands in order and answers each one as soon as
+it is done. Replies come back in the order of the commands.
+
+Episodes live in the worker chosen at `Reset` (the least loaded) until `Finish` or
+the end of the episode. A worker keeps its environment instances and reuses them for
+later episodes (an ALFWorld game load is the expensive part, not the env object).
+
+Failures never stop the run:
+- a command that raises in the worker fails that episode only (its env is discarded);
+- a worker that dies (segfault, `os._exit`) or stays silent for `step_timeout_s`
+  seconds is killed and replaced; every episode it hosted is lost and every later
+  command for them gets an error reply. These are infrastructure errors: the rollout
+  engine records them in `Trajectory.error`, never as policy failures.
+
+The Experience snapshot is frozen for a rollout batch: `set_experience` pickles it
+once and each worker receives it with its next batch of commands (and again after a
+replacement), never with every step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import pickle
+import random
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Callable, Optional
+
+from evoharness_rl.envs.base import Environment, StepResult, Task
+from evoharness_rl.rollout.episode import Episode, EpisodeSettings
+from evoharness_rl.rollout.trajectory import Trajectory, Turn
+
+START_METHOD = "forkserver"  # workers fork from a clean server process: no torch threads or CUDA state inherited
+WORKER_HASH_SEED = "0"  # PYTHONHASHSEED of the workers: string-set iteration order is the same in every run
+JOIN_TIMEOUT_S = 5.0  # grace period for a worker to exit on close before it is killed
+
+
+# ----------------------------------------------------------------------------- commands
+
+
+@dataclass
+class Reset:
+    """Start an episode `key` on `task_id` (the worker picks or builds an env instance)."""
+
+    key: str
+    task_id: str
+    seed: int
+    settings: EpisodeSettings
+    experience_version: int = 0  # which snapshot the episode reads (0: no Experience)
+    op = "reset"
+
+
+@dataclass
+class Step:
+    """Apply one policy response to episode `key`."""
+
+    key: str
+    response: str
+    op = "step"
+
+
+@dataclass
+class Teacher:
+    """The scripted expert's next response for episode `key` (None once the episode is over)."""
+
+    key: str
+    harness_rate: float
+    op = "teacher"
+
+
+@dataclass
+class Finish:
+    """End episode `key` now (if still running) and return its record."""
+
+    key: str
+    op = "finish"
+
+
+@dataclass
+class EnvReset:
+    """Raw environment reset, no harness (benchmarks and adapter checks)."""
+
+    key: str
+    task_id: str
+    seed: int = 0
+    op = "env_reset"
+
+
+@dataclass
+class EnvStep:
+    """Raw environment step, no harness (benchmarks and adapter checks)."""
+
+    key: str
+    action: str
+    op = "env_step"
+
+
+@dataclass
+class _SetExperience:
+    key: str
+    version: int
+    blob: bytes
+    op = "experience"
+
+
+Command = Any  # one of the dataclasses above
+
+
+@dataclass
+class EpisodeUpdate:
+    """What the engine needs after a reset or a step."""
+
+    messages: list[dict[str, str]]  # next prompt: the whole prompt (per_turn) / the messages added since the
+    # last response (accumulated)
+    done: bool = False
+    turn: Optional[Turn] = None  # set on step: the completed turn (no token ids; the engine adds them)
+    trajectory: Optional[Trajectory] = None  # on reset: the empty record (task, family, settings); when done: the
+    # final record with `turns` left empty (the engine holds the turns and their token ids)
+
+
+@dataclass
+class Reply:
+    key: str
+    value: Any = None
+    error: Optional[str] = None  # why the command failed; the episode is gone from the worker
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+# ------------------------------------------------------------------------------ worker
+
+
+class _WorkerState:
+    """Everything one worker process holds: live episodes and idle env instances."""
+
+    def __init__(self, env_factory: Callable[[], Environment]):
+        self.env_factory = env_factory
+        self.idle_envs: list[Environment] = []
+        self.episodes: dict[str, Episode] = {}
+        self.raw_envs: dict[str, Environment] = {}
+        self.rngs: dict[str, random.Random] = {}
+        self.experience: tuple[int, Any] = (0, None)
+
+    def handle(self, cmd: Command) -> Reply:
+        try:
+            return Reply(cmd.key, getattr(self, "_" + cmd.op)(cmd))
+        except Exception as err:  # noqa: BLE001 - any env failure fails only this episode
+            self._discard(cmd.key)
+            where = f"{cmd.op} failed in environment worker {os.getpid()}"
+            return Reply(cmd.key, error=f"{where}: {type(err).__name__}: {err}")
+
+    # commands
+
+    def _experience(self, cmd: _SetExperience) -> None:
+        self.experience = (cmd.version, pickle.loads(cmd.blob))
+
+    def _reset(self, cmd: Reset) -> EpisodeUpdate:
+        if cmd.key in self.episodes:
+            raise KeyError(f"episode key {cmd.key!r} is already running")
+        experience = None
+        if cmd.experience_version:
+            version, experience = self.experience
+            if version != cmd.experience_version:
+                raise RuntimeError(f"experience snapshot {cmd.experience_version} not received (worker has {version})")
+        episode = Episode(self._env(), cmd.settings, experience)
+        self.episodes[cmd.key] = episode
+        episode.reset(cmd.task_id, cmd.seed)
+        self.rngs[cmd.key] = random.Random(f"teacher:{cmd.task_id}:{cmd.seed}")
+        header = Trajectory.from_dict(episode.record.to_dict())
+        return EpisodeUpdate(messages=episode.prompt(), trajectory=header)
+
+    def _step(self, cmd: Step) -> EpisodeUpdate:
+        episode = self._episode(cmd.key)
+        turn = episode.step(cmd.response)
+        if episode.done:
+            return EpisodeUpdate(messages=[], done=True, turn=turn, trajectory=self._release(cmd.key))
+        context = episode.settings.context
+        messages = episode.new_messages() if context == "accumulated" else episode.prompt()
+        return EpisodeUpdate(messages=messages, turn=turn)
+
+    def _teacher(self, cmd: Teacher) -> Optional[str]:
+        episode = self.episodes.get(cmd.key)
+        if episode is None:  # finished by the step before it in the same batch
+            return None
+        return episode.teacher_response(cmd.harness_rate, self.rngs[cmd.key])
+
+    def _finish(self, cmd: Finish) -> Optional[Trajectory]:
+        if cmd.key in self.raw_envs:
+            self.idle_envs.append(self.raw_envs.pop(cmd.key))
+            return None
+        if cmd.key not in self.episodes:
+            return None
+        return self._release(cmd.key)
+
+    def _env_reset(self, cmd: EnvReset) -> tuple[Task, StepResult]:
+        env = self.raw_envs.get(cmd.key) or self._env()
+        self.raw_envs[cmd.key] = env
+        return env.reset(cmd.task_id, cmd.seed)
+
+    def _env_step(self, cmd: EnvStep) -> StepResult:
+        if cmd.key not in self.raw_envs:
+            raise KeyError(f"no raw environment {cmd.key!r}; send EnvReset first")
+        return self.raw_envs[cmd.key].step(cmd.action)
+
+    # helpers
+
+    def _env(self) -> Environment:
+        return self.idle_envs.pop() if self.idle_envs else self.env_factory()
+
+    def _episode(self, key: str) -> Episode:
+        if key not in self.episodes:
+            raise KeyError(f"no running episode {key!r} in this worker")
+        return self.episodes[key]
+
+    def _release(self, key: str) -> Trajectory:
+        episode = self.episodes.pop(key)
+        self.rngs.pop(key, None)
+        if not episode.done:
+            episode.fail("finished before the episode ended")
+        record = episode.record
+        record.turns = []  # the engine keeps the turns (with their token ids)
+        self.idle_envs.append(episode.env)
+        return record
+
+    def _discard(self, key: str) -> None:
+        """After an exception the env's state is unknown: close it instead of reusing it."""
+        env = self.raw_envs.pop(key, None)
+        episode = self.episodes.pop(key, None)
+        self.rngs.pop(key, None)
+        env = env or (episode.env if episode is not None else None)
+        if env is not None:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - already failing; the episode error carries the cause
+                pass
+
+    def close(self) -> None:
+        envs = self.idle_envs + list(self.raw_envs.values()) + [e.env for e in self.episodes.values()]
+        for env in envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - best effort on shutdown
+                pass
+
+
+def _worker_main(conn: Connection, env_factory: Callable[[], Environment]) -> None:
+    """Worker process: receive a batch of commands, answer each one as soon as it is done."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
+    state = _WorkerState(env_factory)
+    try:
+        while True:
+            try:
+                batch = conn.recv()
+            except (EOFError, OSError):
+                break
+            if batch is None:
+                break
+            for cmd in batch:
+                conn.send(state.handle(cmd))
+    finally:
+        state.close()
+
+
+# ------------------------------------------------------------------------------ parent
+
+
+@contextlib.contextmanager
+def _fixed_hash_seed():
+    """Start the fork server (if this starts it) with a fixed PYTHONHASHSEED.
+
+    Workers fork from the server and inherit its hash seed. Without a fixed seed, an
+    adapter or teacher that iterates over a set of strings behaves differently in every
+    run, and the same (task, seed) episode stops being reproducible -- which breaks
+    paired comparisons and resumed evaluations.
+    """
+    saved = os.environ.get("PYTHONHASHSEED")
+    os.environ["PYTHONHASHSEED"] = saved if saved is not None else WORKER_HASH_SEED
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["PYTHONHASHSEED"]
+
+
+@dataclass
+class Pending:
+    """A submission whose replies are not collected yet."""
+
+    replies: list[Optional[Reply]]
+    batches: dict[int, list[tuple[int, Command]]]  # worker index -> [(reply position, command)]
+
+
+@dataclass
+class _Worker:
+    index: int
+    process: Any
+    conn: Connection
+    keys: set[str] = field(default_factory=set)  # episodes living in this worker
+    experience_version: int = 0  # latest snapshot this worker has been sent
+
+
+class EnvPool:
+    """N environment worker processes hosting many episodes each."""
+
+    def __init__(self, env_factory: Callable[[], Environment], num_workers: int = 2, step_timeout_s: float = 60.0):
+        if num_workers < 1:
+            raise ValueError(f"num_workers={num_workers} must be >= 1")
+        if step_timeout_s <= 0:
+            raise ValueError(f"step_timeout_s={step_timeout_s} must be > 0")
+        try:
+            pickle.dumps(env_factory)
+        except Exception as err:  # noqa: BLE001
+            raise TypeError(
+                f"env_factory must be picklable to reach worker processes ({err}); "
+                "use a module-level function or functools.partial(make_env, env_cfg)"
+            ) from err
+        self.env_factory = env_factory
+        self.num_workers = num_workers
+        self.step_timeout_s = step_timeout_s
+        self._ctx = mp.get_context(START_METHOD)
+        if START_METHOD == "forkserver":
+            self._ctx.set_forkserver_preload(["evoharness_rl.rollout.pool"])
+        with _fixed_hash_seed():
+            self._workers = [self._start(i) for i in range(num_workers)]
+        self._home: dict[str, int] = {}  # episode key -> worker index
+        self._lost: dict[str, str] = {}  # episode key -> why its worker was lost
+        self._experience: tuple[int, bytes] = (0, b"")
+        self.restarts = 0  # workers replaced after a crash or timeout
+        self._pending: Optional[Pending] = None
+        self._closed = False
+
+    # -- public -------------------------------------------------------------------------
+
+    def set_experience(self, snapshot: Any) -> int:
+        """Freeze `snapshot` for the episodes reset from now on; returns its version handle (0 for None)."""
+        if snapshot is None:
+            return 0
+        version = self._experience[0] + 1
+        self._experience = (version, pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL))
+        return version
+
+    def call(self, commands: list[Command]) -> list[Reply]:
+        """Run `commands` (all workers in parallel); one reply per command, same order."""
+        return self.collect(self.submit(commands))
+
+    def submit(self, commands: list[Command]) -> "Pending":
+        """Send `commands` to the workers and return at once; `collect` waits for the replies.
+
+        The caller may do other work (e.g. generate) while the workers run. One submission
+        is outstanding at a time, so each worker answers in the order it was asked.
+        """
+        if self._closed:
+            raise RuntimeError("EnvPool.submit after close()")
+        if self._pending is not None:
+            raise RuntimeError("EnvPool.submit while an earlier submission is not collected yet")
+        pending = Pending([None] * len(commands), {})
+        for position, cmd in enumerate(commands):
+            worker = self._route(cmd)
+            if worker is None:
+                reason = self._lost.get(cmd.key, f"unknown episode {cmd.key!r}")
+                pending.replies[position] = Reply(cmd.key, error=reason)
+            else:
+                pending.batches.setdefault(worker, []).append((position, cmd))
+        for index, batch in pending.batches.items():
+            self._send(index, batch)
+        self._pending = pending
+        return pending
+
+    def collect(self, pending: "Pending") -> list[Reply]:
+        """Wait for the replies of a submission (killing and replacing silent or dead workers)."""
+        if pending is not self._pending:
+            raise RuntimeError("EnvPool.collect of a submission that is not the outstanding one")
+        self._pending = None
+        self._collect(pending.batches, pending.replies)
+        return pending.replies  # type: ignore[return-value]
+
+    def abandon(self, keys: list[str]) -> None:
+        """Collect any outstanding submission and end the episodes `keys` (after a caller error)."""
+        if self._closed:
+            return
+        if self._pending is not None:
+            self.collect(self._pending)
+        keys = [k for k in keys if k in self._home]
+        if keys:
+            self.call([Finish(k) for k in keys])
+
+    @property
+    def live_keys(self) -> set[str]:
+        return set(self._home)
+
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    def close(self) -> None:
+        """Stop all workers (they close their environments); safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        for worker in self._workers:
+            try:
+                worker.conn.send(None)
+            except (OSError, EOFError, BrokenPipeError):
+                pass
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for worker in self._workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.conn.close()
+
+    def __enter__(self) -> "EnvPool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- routing and transport -------------------------------------------------------------
+
+    def _route(self, cmd: Command) -> Optional[int]:
+        if isinstance(cmd, (Reset, EnvReset)) and cmd.key not in self._home:
+            if isinstance(cmd, Reset) and cmd.experience_version not in (0, self._experience[0]):
+                raise ValueError(f"Reset uses experience version {cmd.experience_version}; "
+                                 f"the current one is {self._experience[0]} (see set_experience)")
+            index = min(range(self.num_workers), key=lambda i: len(self._workers[i].keys))
+            self._home[cmd.key] = index
+            self._workers[index].keys.add(cmd.key)
+            self._lost.pop(cmd.key, None)
+            return index
+        if cmd.key in self._home:
+            return self._home[cmd.key]
+        if cmd.key in self._lost:
+            return None
+        raise KeyError(f"{type(cmd).__name__} for episode {cmd.key!r}, which was never reset in this pool")
+
+    def _send(self, index: int, batch: list[tuple[int, Command]]) -> None:
+        worker = self._workers[index]
+        commands = [cmd for _, cmd in batch]
+        version, blob = self._experience
+        if version and worker.experience_version != version and any(isinstance(c, Reset) for c in commands):
+            commands.insert(0, _SetExperience("", version, blob))
+            batch.insert(0, (-1, commands[0]))
+            worker.experience_version = version
+        try:
+            worker.conn.send(commands)
+        except (OSError, EOFError, BrokenPipeError):
+            pass  # the worker is dead; _collect sees EOF and replaces it
+
+    def _collect(self, batches: dict[int, list[tuple[int, Command]]], replies: list[Optional[Reply]]) -> None:
+        waiting = {index: deque(batch) for index, batch in batches.items()}
+        heard = {index: time.monotonic() for index in waiting}
+        while waiting:
+            conns = {self._workers[i].conn: i for i in waiting}
+            timeout = min(heard[i] for i in waiting) + self.step_timeout_s - time.monotonic()
+            for conn in wait(list(conns), timeout=max(0.0, timeout)):
+                index = conns[conn]
+                try:
+                    reply = conn.recv()
+                except (EOFError, OSError):
+                    reason = self._crash_reason(index, waiting[index])
+                    self._fail_worker(index, waiting.pop(index), replies, reason)
+                    continue
+                position, cmd = waiting[index].popleft()
+                heard[index] = time.monotonic()
+                if position >= 0:
+                    replies[position] = reply
+                    self._forget_if_over(cmd, reply)
+                if not waiting[index]:
+                    del waiting[index]
+            now = time.monotonic()
+            for index in [i for i in waiting if now - heard[i] > self.step_timeout_s]:
+                _, cmd = waiting[index][0]
+                reason = (
+                    f"environment worker {index} gave no answer within env.step_timeout_s={self.step_timeout_s:g}s "
+                    f"while running {cmd.op} for episode {cmd.key!r}; it was killed and replaced"
+                )
+                self._fail_worker(index, waiting.pop(index), replies, reason)
+
+    def _forget_if_over(self, cmd: Command, reply: Reply) -> None:
+        over = not reply.ok or isinstance(cmd, Finish)
+        over = over or (isinstance(cmd, Step) and reply.value is not None and reply.value.done)
+        if over and cmd.key in self._home:
+            self._workers[self._home.pop(cmd.key)].keys.discard(cmd.key)
+
+    def _crash_reason(self, index: int, pending: deque) -> str:
+        process = self._workers[index].process
+        process.join(1.0)
+        code = process.exitcode
+        how = f"exit code {code}"
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+        doing = ""
+        if pending:
+            _, cmd = pending[0]
+            doing = f" while running {cmd.op} for episode {cmd.key!r}"
+        return f"environment worker {index} crashed ({how}){doing}; it was replaced"
+
+    def _fail_worker(self, index: int, pending: deque, replies: list[Optional[Reply]], reason: str) -> None:
+        """Kill and replace worker `index`; its episodes are lost with `reason`."""
+        worker = self._workers[index]
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join()
+        worker.conn.close()
+        for key in worker.keys:
+            self._lost[key] = reason
+            self._home.pop(key, None)
+        for position, cmd in pending:
+            if position >= 0:
+                replies[position] = Reply(cmd.key, error=reason)
+        self._workers[index] = self._start(index)
+        self.restarts += 1
+
+    def _start(self, index: int) -> _Worker:
+        parent, child = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(
+            target=_worker_main, args=(child, self.env_factory), name=f"evoharness-env-{index}", daemon=True
+        )
+        process.start()
+        child.close()
+        return _Worker(index, process, parent)

@@ -1,0 +1,189 @@
+"""Environment throughput through the worker pool, and reset / search latency.
+
+    python scripts/bench_envs.py                       # ALFWorld small + large, WebShop
+    python scripts/bench_envs.py --envs alfworld --sizes small --episodes 8 --steps 20
+
+ALFWorld (generated games, prepared on first use under --data-dir): env steps/s with 1
+and 2 workers on small and large games, each worker hosting several live episodes and
+every round stepping all of them (random admissible actions, seeded); reset latency of
+one game at a time. Target: 2 workers >= 1.6x one worker on small games.
+WebShop (the simulator): the same steps/s, plus search latency p50/p99 over the goals'
+instructions (`WebShopTextSim.search`).
+
+Worker start-up, imports and env construction are excluded by a warm-up round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import random
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from evoharness_rl.config import EnvConfig
+from evoharness_rl.envs import make_env
+from evoharness_rl.rollout.pool import EnvPool, EnvReset, EnvStep, Finish
+
+
+def pick_action(result, objective: str, rng: random.Random) -> str:
+    """A random admissible action; WebShop's search placeholder gets words of the instruction."""
+    actions = result.admissible_actions or ["look"]
+    action = rng.choice(actions)
+    if action.startswith("search["):
+        return "search[" + " ".join(objective.split()[:8]) + "]"
+    return action
+
+
+def pool_steps_per_s(env_cfg: EnvConfig, tasks: list[str], workers: int, episodes: int, steps: int, seed: int) -> dict:
+    """Sustained env steps/s of `episodes` live episodes stepped together for `steps` rounds.
+
+    An episode that ends is reset on the next task in the same round (counted in `resets`),
+    so the pool stays full; cheap envs (WebShop) would otherwise run out of live episodes.
+    """
+    keys = [f"e{i}" for i in range(episodes)]
+    with EnvPool(functools.partial(make_env, env_cfg), workers, step_timeout_s=600) as pool:
+        _check(pool.call([EnvReset(k, tasks[i % len(tasks)], seed) for i, k in enumerate(keys)]))  # warm-up
+        rng = random.Random(seed)
+        start = time.perf_counter()
+        replies = _check(pool.call([EnvReset(k, tasks[(i + 1) % len(tasks)], seed) for i, k in enumerate(keys)]))
+        reset_s = time.perf_counter() - start
+        state = {k: r.value for k, r in zip(keys, replies)}  # key -> (task, last result)
+        next_task, done_steps, resets = episodes + 1, 0, 0
+        start = time.perf_counter()
+        for _ in range(steps):
+            commands = []
+            for k in keys:
+                task, result = state[k]
+                if result.done:
+                    commands.append(EnvReset(k, tasks[next_task % len(tasks)], seed))
+                    next_task, resets = next_task + 1, resets + 1
+                else:
+                    commands.append(EnvStep(k, pick_action(result, task.objective, rng)))
+                    done_steps += 1
+            for k, cmd, reply in zip(keys, commands, _check(pool.call(commands))):
+                state[k] = reply.value if isinstance(cmd, EnvReset) else (state[k][0], reply.value)
+        step_s = time.perf_counter() - start
+        pool.call([Finish(k) for k in keys])
+    return {"workers": workers, "episodes": episodes, "steps": done_steps, "resets": resets,
+            "steps_per_s": done_steps / step_s, "batched_reset_s": reset_s}
+
+
+def reset_latency(env_cfg: EnvConfig, tasks: list[str], n: int, seed: int) -> dict:
+    """Seconds per reset, one game at a time in this process (first reset excluded: imports)."""
+    env = make_env(env_cfg)
+    try:
+        env.reset(tasks[0], seed)
+        times = []
+        for task in (tasks[1:] + tasks[:1])[:n]:
+            start = time.perf_counter()
+            env.reset(task, seed)
+            times.append(time.perf_counter() - start)
+    finally:
+        env.close()
+    return {"reset_mean_s": statistics.mean(times), "reset_max_s": max(times), "resets": len(times)}
+
+
+def search_latency(env_cfg: EnvConfig, n: int) -> dict:
+    """WebShop simulator search over the goals' instructions: p50 / p99 in milliseconds."""
+    env = make_env(env_cfg)
+    try:
+        queries = [g.get("instruction_text") or g.get("instruction", "") for g in env.goals[:n]]
+        env.text_env.search(queries[0])
+        times = []
+        for query in queries:
+            start = time.perf_counter()
+            env.text_env.search(query)
+            times.append(1000 * (time.perf_counter() - start))
+    finally:
+        env.close()
+    cuts = statistics.quantiles(times, n=100)
+    return {"search_p50_ms": statistics.median(times), "search_p99_ms": cuts[98], "searches": len(times)}
+
+
+def _check(replies):
+    errors = [r.error for r in replies if not r.ok]
+    if errors:
+        raise RuntimeError(f"{len(errors)} environment commands failed, e.g. {errors[0]}")
+    return replies
+
+
+def _tasks(env_cfg: EnvConfig, split: str) -> list[str]:
+    env = make_env(env_cfg)
+    try:
+        return env.task_ids(split)
+    finally:
+        env.close()
+
+
+def bench_alfworld(args, size: str) -> dict:
+    from evoharness_rl.envs.alfworld.prepare import prepare
+
+    games = args.games if size == "small" else max(4, args.games // 2)
+    env_cfg = EnvConfig(name="alfworld", data_dir=str(Path(args.data_dir) / f"alfworld_{size}"))
+    env_cfg.alfworld = replace(env_cfg.alfworld, size=size, train_games=1, valid_seen_games=games,
+                               valid_unseen_games=1, generator_seed=args.seed)
+    start = time.perf_counter()
+    prepare(env_cfg)
+    prepared_s = time.perf_counter() - start
+    tasks = _tasks(env_cfg, "valid_seen")
+    steps = args.steps if size == "small" else max(5, args.steps // 2)
+    rates = [pool_steps_per_s(env_cfg, tasks, w, args.episodes, steps, args.seed) for w in (1, 2)]
+    out = {"env": "alfworld", "size": size, "games": len(tasks), "prepare_s": prepared_s, "pool": rates,
+           "speedup_2_workers": rates[1]["steps_per_s"] / rates[0]["steps_per_s"]}
+    out.update(reset_latency(env_cfg, tasks, min(len(tasks), 6), args.seed))
+    return out
+
+
+def bench_webshop(args) -> dict:
+    env_cfg = EnvConfig(name="webshop", data_dir=str(Path(args.data_dir) / "webshop"), max_steps_eval=20)
+    tasks = _tasks(env_cfg, "test")
+    # a WebShop step is sub-millisecond: 4x the episodes and rounds so the measurement is not all IPC
+    rates = [pool_steps_per_s(env_cfg, tasks, w, 4 * args.episodes, 4 * args.steps, args.seed) for w in (1, 2)]
+    out = {"env": "webshop", "pool": rates, "speedup_2_workers": rates[1]["steps_per_s"] / rates[0]["steps_per_s"]}
+    out.update(reset_latency(env_cfg, tasks, 20, args.seed))
+    out.update(search_latency(env_cfg, 200))
+    return out
+
+
+def _print(result: dict) -> None:
+    name = result["env"] + (f" ({result['size']})" if "size" in result else "")
+    for rate in result["pool"]:
+        print(f"{name:<18} workers={rate['workers']}  {rate['steps_per_s']:8.1f} env steps/s  "
+              f"({rate['episodes']} live episodes, {rate['steps']} steps, {rate['resets']} resets; "
+              f"first batched reset {rate['batched_reset_s']:.2f}s)")
+    extra = f"  search p50 {result['search_p50_ms']:.2f} ms p99 {result['search_p99_ms']:.2f} ms" \
+        if "search_p50_ms" in result else ""
+    print(f"{name:<18} 2 vs 1 workers: {result['speedup_2_workers']:.2f}x   reset {result['reset_mean_s']:.3f}s "
+          f"mean (max {result['reset_max_s']:.3f}s){extra}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--envs", default="alfworld,webshop", help="comma-separated: alfworld, webshop")
+    parser.add_argument("--sizes", default="small,large", help="ALFWorld game sizes to measure")
+    parser.add_argument("--games", type=int, default=8, help="generated valid_seen games per size (large: half)")
+    parser.add_argument("--episodes", type=int, default=8, help="live episodes over the pool")
+    parser.add_argument("--steps", type=int, default=20, help="rounds of steps (large games: half)")
+    parser.add_argument("--data-dir", default="data/bench", help="where generated benchmark data is cached")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args()
+    results = []
+    envs = args.envs.split(",")
+    if "alfworld" in envs:
+        for size in args.sizes.split(","):
+            results.append(bench_alfworld(args, size))
+            _print(results[-1])
+    if "webshop" in envs:
+        results.append(bench_webshop(args))
+        _print(results[-1])
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

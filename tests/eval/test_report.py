@@ -1,0 +1,87 @@
+"""report(): Table-1/Table-3-style Markdown and PNG plots from run directories."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fake_eval import run
+
+from evoharness_rl.eval.report import ReportError, report
+
+
+def _summary(split: str, mode: str, rates: dict[str, float], calls: float) -> dict:
+    per_family = {fam: {"success_rate": r, "score": 100 * r, "episodes": 10} for fam, r in rates.items()}
+    return {"env": "alfworld", "split": split, "mode": mode, "policy": "hf", "model": "/ckpt/rl", "episodes": 60,
+            "errors": 1, "success_rate": sum(rates.values()) / len(rates), "score": 50.0, "per_family": per_family,
+            "harness_calls_per_episode": calls, "invalid_actions_per_episode": 0.5, "steps": 20.0}
+
+
+def _write(tmp_path, name, summary=None, metrics=None):
+    d = tmp_path / name
+    d.mkdir()
+    if summary:
+        (d / "summary.json").write_text(json.dumps(summary))
+    if metrics:
+        (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    return d
+
+
+ALF = ["pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep",
+       "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep", "pick_two_obj_and_place"]
+
+
+def test_alfworld_tables_seen_unseen_and_plots(tmp_path):
+    rates = dict(zip(ALF, [1, 0.9, 0.8, 0.7, 0.6, 0.5]))
+    seen = _write(tmp_path, "rl_seen", _summary("valid_seen", "adaptive", rates, 3.25))
+    unseen = _write(tmp_path, "rl_unseen", _summary("valid_unseen", "adaptive", dict(zip(ALF, [.5] * 6)), 2.0))
+    metrics = [{"step": u, "success_rate": u / 10, "harness_calls_per_episode": 5 - u / 5} for u in range(5)]
+    metrics.append({"step": 4, "val/success_rate": 0.4})
+    grpo = _write(tmp_path, "grpo", metrics=metrics)
+    out = tmp_path / "report"
+    text = report([seen, unseen, grpo], out)
+    lines = text.splitlines()
+    header = next(line for line in lines if line.startswith("| Run"))
+    assert "| Pick | Look | Clean | Heat | Cool | Pick2 | Avg. |" in header  # the paper's column order
+    row = next(line for line in lines if line.startswith("| rl_seen"))
+    assert "| 100.0 | 90.0 | 80.0 | 70.0 | 60.0 | 50.0 | 75.0 |" in row and "| 3.25 |" in row
+    assert "## alfworld — valid_unseen (unseen)" in text
+    pair = next(line for line in lines if line.startswith("| alfworld | adaptive"))
+    assert "| 75.0 | 50.0 | 3.25 | 2.00 |" in pair
+    for png in ("success_alfworld_valid_seen.png", "success_alfworld_valid_unseen.png", "grpo_training.png"):
+        assert (out / png).stat().st_size > 1000 and f"]({png})" in text
+    assert (out / "report.md").read_text() == text
+
+
+def test_report_of_a_real_eval_run_uses_its_families(tmp_path):
+    run(tmp_path / "scripted", limit=3)
+    text = report([tmp_path / "scripted"])
+    header = next(line for line in text.splitlines() if line.startswith("| Run"))
+    assert "| clean | heat | pick | Avg. |" in header
+    assert "| scripted | adaptive | scripted | 100.0 | 100.0 | 100.0 | 100.0 |" in text
+
+
+def test_bad_run_directories_are_named(tmp_path):
+    with pytest.raises(ReportError, match="does not exist"):
+        report([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ReportError, match="empty has no summary.json"):
+        report([tmp_path / "empty"])
+    with pytest.raises(ReportError, match="no run directories"):
+        report([])
+
+
+def test_cli_report_writes_markdown_and_plots(tmp_path):
+    import subprocess
+    import sys
+
+    seen = _write(tmp_path, "seen", _summary("valid_seen", "adaptive", dict(zip(ALF, [1.0] * 6)), 1.0))
+    out = tmp_path / "report"
+    done = subprocess.run([sys.executable, "-m", "evoharness_rl", "report", f"runs=[{seen}]", f"out_dir={out}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| seen | adaptive | hf (rl) | 100.0 |" in done.stdout
+    assert (out / "report.md").exists() and (out / "success_alfworld_valid_seen.png").exists()
+    missing = subprocess.run([sys.executable, "-m", "evoharness_rl", "report", f"runs=[{tmp_path / 'nope'}]",
+                              f"out_dir={out}"], capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 1 and "does not exist" in missing.stderr
