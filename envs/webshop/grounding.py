@@ -34,6 +34,7 @@ class WebShopGrounding:
     name = "webshop"
     agent_description = "a web shopping agent in WebShop"
     task_noun = "product category"
+    search_per_family = True  # a phrasing that works for one category says little about another
 
     def search_facts(self, traj: Trajectory) -> list[tuple[str, str]]:
         """(task family, phrasing of the last search before a successful purchase)."""

@@ -61,7 +61,9 @@ class SearchIndex:
     """BM25 over the catalogue (bm25s)."""
 
     def __init__(self, products: list[dict]):
-        import bm25s
+        from evoharness_rl.bm25 import import_bm25s
+
+        bm25s = import_bm25s()
 
         self._stopwords = set(bm25s.stopwords.STOPWORDS_EN)
         tokens = bm25s.tokenize([document_text(p) for p in products], stopwords="en", show_progress=False)
