@@ -87,6 +87,7 @@ def _run(dict_cfg) -> None:
     from omegaconf import OmegaConf
 
     from evoharness_rl.config import ConfigError, validate
+    from evoharness_rl.errors import UserError
 
     try:
         cfg = validate(OmegaConf.to_object(dict_cfg))
@@ -101,10 +102,6 @@ def _run(dict_cfg) -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
-
-
-class UserError(RuntimeError):
-    """A problem the user can fix (missing data, bad path); printed without a traceback."""
 
 
 def run_command(cfg) -> None:
@@ -131,6 +128,8 @@ def write_run_config(cfg) -> None:
 
 
 def _prepare(cfg) -> None:
+    from evoharness_rl.errors import UserError
+
     if cfg.env.name == "alfworld":
         from evoharness_rl.envs.alfworld.prepare import prepare
     elif cfg.env.name == "webshop":
@@ -183,6 +182,7 @@ def _report(cfg) -> None:
 
 
 def _init_model(cfg) -> None:
+    from evoharness_rl.errors import UserError
     from evoharness_rl.models import init_model
 
     if not cfg.out:

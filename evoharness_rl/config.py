@@ -17,6 +17,8 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from evoharness_rl.errors import UserError
+
 COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model")
 HARNESS_MODES = ("env_only", "always_on", "adaptive")
 CONTEXTS = ("per_turn", "accumulated")
@@ -29,7 +31,7 @@ LOGGERS = ("jsonl", "wandb")
 MODEL_SIZES = ("tiny", "small", "base")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """An invalid configuration value; the message names the field and what is allowed."""
 
 

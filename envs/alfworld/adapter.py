@@ -28,12 +28,13 @@ from evoharness_rl.envs.alfworld.belief import AlfworldBelief
 from evoharness_rl.envs.alfworld.prompts import alfworld_spec
 from evoharness_rl.envs.alfworld.teacher import AlfworldTeacher, World
 from evoharness_rl.envs.base import Environment, StepResult, Task
+from evoharness_rl.errors import UserError
 
 _TASK_LINE = re.compile(r"Your task is to:\s*(.+?)\.?\s*$", re.MULTILINE)
 _ALFWORLD_DEFAULT_CACHE = Path("~/.cache/alfworld").expanduser()
 
 
-class DataLayoutError(FileNotFoundError):
+class DataLayoutError(UserError, FileNotFoundError):
     """The data folder is missing or not in the official ALFWorld layout (the message says which)."""
 
 

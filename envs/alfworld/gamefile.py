@@ -23,6 +23,7 @@ import re
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Iterator
+from evoharness_rl.errors import UserError
 
 GAME_FILE = "game.tw-pddl"
 TRAJ_FILE = "traj_data.json"
@@ -34,7 +35,7 @@ TRAJ_FIELDS = ("task_type", "pddl_params")
 PDDL_PARAMS = ("object_target", "parent_target", "toggle_target", "mrecep_target", "object_sliced")
 
 
-class GameFileError(ValueError):
+class GameFileError(UserError, ValueError):
     """A game file is missing, unreadable or lacks a required field (the message names both)."""
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from evoharness_rl.fileio import atomic_write_text
+from evoharness_rl.errors import UserError
 
 REPORT_FILE = "report.md"
 ALFWORLD_FAMILIES = {  # task_type -> the paper's column name, in the paper's order
@@ -39,7 +40,7 @@ TRAINING_CURVES = (  # (metrics.jsonl key, plot title, scale)
 )
 
 
-class ReportError(ValueError):
+class ReportError(UserError, ValueError):
     """A run directory that cannot be reported; the message names it and what was expected."""
 
 

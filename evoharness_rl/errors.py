@@ -1,0 +1,5 @@
+"""Errors a user can fix (bad data, wrong path, stale dataset): the CLI prints them without a traceback."""
+
+
+class UserError(Exception):
+    """Base of every error whose message tells the user what to change."""

@@ -1,0 +1,145 @@
+"""SFT throughput through the real trainer (TRL SFTTrainer + our data path).
+
+    python scripts/bench_sft.py                       # CPU: tiny and small, full-parameter and LoRA
+    python scripts/bench_sft.py --sizes small --steps 20
+    python scripts/bench_sft.py --gpu                 # + a Qwen3-0.6B-shaped model (from config), LoRA and full
+    python scripts/bench_sft.py --threads 1           # pin torch CPU threads
+
+Examples are per-turn conversations shaped like ALFWorld's (Appendix L system prompt,
+an observation, a `<think>..</think><action>..</action>` response), tokenized with the
+local tokenizer. Tokens/s counts every non-padding token of a batch (prompt + response),
+measured over the steps after the first (warm-up). GPU rows also report peak allocated
+memory. Weights are random: speed and memory do not depend on their values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from evoharness_rl.config import Config
+from evoharness_rl.models import count_parameters, env_prompt_texts, init_model, load_tokenizer
+from evoharness_rl.sft import data
+from evoharness_rl.sft.trainer import build_trainer
+
+QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
+                  max_position_embeddings=40960)  # the published Qwen3-0.6B config
+
+
+def synthetic_examples(n: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    system, template = env_prompt_texts()["alfworld"]
+    out = []
+    for i in range(n):
+        places = [f"{rng.choice(['shelf', 'drawer', 'cabinet', 'desk'])} {rng.randint(1, 9)}" for _ in range(12)]
+        user = template.format(objective=f"put a mug in {places[0]}",
+                               observation=f"You arrive at {places[1]}. On it, you see a mug {i % 5 + 1}.",
+                               actions=", ".join(f"go to {p}" for p in places), history="1. look -> ok",
+                               harness_views="PLAN:\n[ ] find mug")
+        response = f"<think>The mug should be near {places[2]}.</think><action>go to {places[2]}</action>"
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user},
+                    {"role": "assistant", "content": response}]
+        out.append({"messages": messages, "train_turns": [1]})
+    return out
+
+
+def bench(model_path: str, lora: bool, steps: int, batch: int, device: str) -> dict:
+    """One short training run; -> tokens/s (median step), seconds per step, mean length, peak GiB (GPU)."""
+    import datasets
+
+    tokenizer = load_tokenizer(model_path)
+    rows = datasets.Dataset.from_list(synthetic_examples(batch * steps))
+    train, _ = data.tokenize_examples(rows, tokenizer, max_length=4096)
+    with tempfile.TemporaryDirectory() as out:
+        cfg = Config(command="sft", out_dir=out, device=device)
+        cfg.model.path = model_path
+        cfg.sft.lora, cfg.sft.per_device_batch_size, cfg.sft.epochs = lora, batch, 1.0
+        cfg.sft.save_steps, cfg.sft.logging_steps = 10**6, 10**6
+        trainer = build_trainer(cfg, device, tokenizer, train, None, log=None)
+        timer = StepTimer()
+        trainer.add_callback(timer)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        trainer.train()
+    seq_len = statistics.mean(len(ids) for ids in train["input_ids"])
+    per_step = statistics.median(timer.times[1:])  # the first step is warm-up
+    result = {"tok_per_s": seq_len * batch / per_step, "s_per_step": per_step, "seq_len": seq_len}
+    if device == "cuda":
+        result["peak_gib"] = torch.cuda.max_memory_allocated() / 2**30
+    return result
+
+
+class StepTimer(TrainerCallback):
+    """Wall time of each optimizer step."""
+
+    def __init__(self):
+        self.times: list[float] = []
+        self._start = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        _sync()
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        _sync()
+        self.times.append(time.perf_counter() - self._start)
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def qwen3_0_6b_checkpoint(folder: Path) -> str:
+    """A Qwen3-0.6B-shaped checkpoint (random bf16 weights) with the local tokenizer."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = load_tokenizer(str(init_model("tiny", folder / "tok")))
+    model = Qwen3ForCausalLM(Qwen3Config(**QWEN3_0_6B, eos_token_id=tokenizer.eos_token_id,
+                                         pad_token_id=tokenizer.pad_token_id)).to(torch.bfloat16)
+    model.save_pretrained(folder / "qwen3-0.6b")
+    tokenizer.save_pretrained(folder / "qwen3-0.6b")
+    return str(folder / "qwen3-0.6b")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="+", default=["tiny", "small"], help="local model sizes to run on CPU")
+    parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first is warm-up)")
+    parser.add_argument("--batch", type=int, default=8, help="examples per step")
+    parser.add_argument("--gpu", action="store_true", help="also run a Qwen3-0.6B-shaped model on the GPU")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: torch's choice; 1 can win on an oversubscribed machine)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        runs = [(size, str(init_model(size, tmp / size)), "cpu") for size in args.sizes]
+        if args.gpu:
+            runs.append(("qwen3-0.6b", qwen3_0_6b_checkpoint(tmp), "cuda"))
+        header = ("model", "params", "mode", "device", "seq", "s/step", "tok/s", "peak GiB")
+        print("{:<11} {:>8} {:<5} {:<6} {:>5} {:>7} {:>9} {:>8}".format(*header))
+        for name, path, device in runs:
+            from transformers import AutoConfig, AutoModelForCausalLM
+
+            with torch.device("meta"):
+                params = count_parameters(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)))
+            for lora in (False, True):
+                r = bench(path, lora, args.steps, args.batch, device)
+                peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "-"
+                print(f"{name:<11} {params / 1e6:>7.1f}M {'lora' if lora else 'full':<5} {device:<6} "
+                      f"{r['seq_len']:>5.0f} {r['s_per_step']:>7.2f} {r['tok_per_s']:>9.0f} {peak:>8}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

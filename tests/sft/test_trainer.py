@@ -1,0 +1,146 @@
+"""run_sft: assistant-only loss through TRL's collator, bad input, and end-to-end runs on the tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from evoharness_rl.config import Config
+from evoharness_rl.models import load_tokenizer
+from evoharness_rl.rollout.trajectory import write_jsonl
+from evoharness_rl.runlog import read_metrics
+from evoharness_rl.sft import data
+from evoharness_rl.sft.trainer import build_trainer, prepare_dataset, run_sft
+from tests.sft.conftest import make_trajectory
+
+
+def sft_config(tmp_path, model: str, data_path: str, **sft) -> Config:
+    cfg = Config(command="sft", out_dir=str(tmp_path / "run"), device="cpu")
+    cfg.model.path = model
+    cfg.sft.data = data_path
+    cfg.sft.per_device_batch_size = 8
+    cfg.sft.logging_steps = 2
+    cfg.sft.validation_fraction = 0.1
+    for key, value in sft.items():
+        setattr(cfg.sft, key, value)
+    return cfg
+
+
+def collection(tmp_path, env: str, n: int = 12, context: str = "per_turn", won: bool = True) -> str:
+    folder = tmp_path / "collect"
+    write_jsonl(folder / "trajectories.jsonl", [make_trajectory(i, context, won, env=env) for i in range(n)])
+    return str(folder)
+
+
+def test_collator_output_trains_only_assistant_tokens(tmp_path, tiny_model, fake_env):
+    """Prompt (system + objective + observation) and template tokens carry no loss; responses do."""
+    cfg = sft_config(tmp_path, tiny_model, collection(tmp_path, fake_env, n=3, context="accumulated"),
+                     validation_fraction=0.0)
+    tokenizer = load_tokenizer(tiny_model)
+    dataset = prepare_dataset(cfg, tokenizer, log=None)
+    train, _ = data.tokenize_examples(dataset["train"], tokenizer, 4096)
+    trainer = build_trainer(cfg, "cpu", tokenizer, train, None, log=None)
+    rows = [trainer.train_dataset[i] for i in range(len(trainer.train_dataset))]
+    batch = trainer.data_collator(rows)
+    for row, ids, labels, example in zip(rows, batch["input_ids"], batch["labels"], dataset["train"]):
+        trained = ids[labels != -100].tolist()
+        responses = [m["content"] for m, keep in zip(
+            [m for m in example["messages"] if m["role"] == "assistant"], example["train_turns"]) if keep]
+        assert tokenizer.decode(trained) == "".join(r + "<|im_end|>" for r in responses)
+        assert (labels[: len(row["input_ids"])] != -100).sum() < len(row["input_ids"]) / 3  # most tokens masked
+        assert (labels[len(row["input_ids"]):] == -100).all()  # padding masked
+        masked_text = tokenizer.decode(ids[labels == -100][: len(row["input_ids"])].tolist())
+        assert "OBJECTIVE: put mug" in masked_text and "OBSERVATION: result of" in masked_text
+
+
+def test_all_failed_collection_stops_with_counts(tmp_path, tiny_model, fake_env):
+    cfg = sft_config(tmp_path, tiny_model, collection(tmp_path, fake_env, n=4, won=False))
+    with pytest.raises(data.SFTDataError, match="4 episodes collected, 0 succeeded"):
+        run_sft(cfg)
+
+
+def test_missing_data_path_is_named(tmp_path, tiny_model):
+    cfg = sft_config(tmp_path, tiny_model, None)
+    with pytest.raises(data.SFTDataError, match="sft.data is not set"):
+        run_sft(cfg)
+
+
+def test_dataset_with_stale_prompt_version_is_rejected(tmp_path, tiny_model, fake_env):
+    stale = tmp_path / "stale"
+    examples = data.build_examples([make_trajectory(i, env=fake_env, prompt_version="0") for i in range(3)], "0")
+    data.save_dataset(examples, stale, 0.0)
+    cfg = sft_config(tmp_path, tiny_model, str(stale))
+    with pytest.raises(data.SFTDataError, match=r"prompt version '0'.*prompt version '1'"):
+        run_sft(cfg)
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+@pytest.mark.slow
+def test_full_parameter_sft_end_to_end_and_resume(tmp_path, tiny_model, fake_env):
+    from transformers import AutoModelForCausalLM
+
+    cfg = sft_config(tmp_path, tiny_model, collection(tmp_path, fake_env), lora=False, learning_rate=3e-3,
+                     epochs=2.0, save_steps=8)
+    merged = run_sft(cfg)
+    model = AutoModelForCausalLM.from_pretrained(merged)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    ids = torch.tensor([load_tokenizer(str(merged))("go to desk 1")["input_ids"]])
+    assert not torch.allclose(_logits(model, ids), _logits(base, ids))
+    train = [m for m in read_metrics(cfg.out_dir) if "loss" in m]
+    assert train[-1]["loss"] < train[0]["loss"] and all(m["learning_rate"] >= 0 for m in train)
+    assert any(m.get("tokens_per_s", 0) > 0 for m in train)
+    assert any("eval_loss" in m for m in read_metrics(cfg.out_dir))
+    stats = json.loads((tmp_path / "run" / "dataset" / "stats.json").read_text())
+    assert stats["train"]["harness_share_by_verb"]["commit"] > 0
+    # resume: the finished run's last checkpoint is picked up; no step is trained twice
+    steps_before = max(m["step"] for m in train)
+    cfg.resume = True
+    run_sft(cfg)
+    resumed = [m for m in read_metrics(cfg.out_dir) if "loss" in m]
+    assert max(m["step"] for m in resumed) == steps_before
+    assert "resuming from" in (tmp_path / "run" / "run.log").read_text()
+
+
+@pytest.mark.slow
+def test_lora_sft_trains_adapter_and_merge_matches(tmp_path, tiny_model, fake_env):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    cfg = sft_config(tmp_path, tiny_model, collection(tmp_path, fake_env, n=6), lora=True, lora_r=8, lora_alpha=16,
+                     learning_rate=1e-3, epochs=1.0)
+    merged = run_sft(cfg)
+    adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), cfg.out_dir + "/adapter")
+    assert any(p.abs().sum() > 0 for n, p in adapter.named_parameters() if "lora_B" in n)  # the adapter trained
+    ids = torch.randint(0, 3000, (2, 48))
+    merged_logits = _logits(AutoModelForCausalLM.from_pretrained(merged), ids)
+    assert torch.allclose(merged_logits, _logits(adapter.eval(), ids), atol=1e-4)
+    assert not torch.allclose(merged_logits, _logits(AutoModelForCausalLM.from_pretrained(tiny_model), ids), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_two_cpu_processes_share_one_dataset_and_log_once(tmp_path, tiny_model):
+    """torchrun with 2 CPU processes (gloo DDP): the main process builds the dataset and logs; both train."""
+    import subprocess
+    import sys
+
+    version = data.find_env_spec("webshop").prompt_version
+    folder = tmp_path / "collect"
+    write_jsonl(folder / "trajectories.jsonl",
+                [make_trajectory(i, env="webshop", prompt_version=version) for i in range(6)])
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "evoharness_rl", "sft",
+               f"model.path={tiny_model}", f"sft.data={folder}", f"out_dir={out}", "sft=full", "sft.epochs=1",
+               "sft.per_device_batch_size=4", "sft.logging_steps=1", "sft.validation_fraction=0", "device=cpu"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    train = [m for m in read_metrics(out) if "loss" in m]
+    examples = json.loads((out / "dataset" / "stats.json").read_text())["train"]["examples"]
+    assert [m["step"] for m in train] == list(range(1, -(-examples // 8) + 1))  # global batch 2 x 4, logged once
+    assert (out / "run.log").read_text().count("tokenized") == 1
+    assert (out / "merged" / "model.safetensors").is_file()
