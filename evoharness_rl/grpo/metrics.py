@@ -1,0 +1,109 @@
+"""What an update logs: rollout outcomes, loss statistics summed over processes, memory."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from evoharness_rl.harness.protocol import HARNESS_VERBS
+
+LOSS_STATS = ("clip_frac", "approx_kl", "kl_ref", "entropy", "ratio_mean")  # token means from core.policy_loss
+
+
+class StatSums:
+    """Sums of an update's loss statistics (token-weighted) and counters, reduced over processes in `means`."""
+
+    COUNTS = ("loss_tokens", "loss_sum", "train_tokens", "grad_norm_sum", "optimizer_steps", "step_s")
+
+    def __init__(self):
+        self.weighted = dict.fromkeys(LOSS_STATS, 0.0)
+        self.counts = dict.fromkeys(self.COUNTS, 0.0)
+        self.bad_reason: Optional[str] = None
+
+    def add_tokens(self, stats: dict) -> None:
+        """Statistics of `core.policy_loss` (token means) weighted by their token count."""
+        for k in LOSS_STATS:
+            self.weighted[k] += stats[k] * stats["tokens"]
+        self.counts["loss_tokens"] += stats["tokens"]
+
+    def count(self, key: str, value: float) -> None:
+        self.counts[key] += value
+
+    def merge(self, other: "StatSums") -> None:
+        for k, v in other.weighted.items():
+            self.weighted[k] += v
+        for k, v in other.counts.items():
+            self.counts[k] += v
+
+    def means(self, accelerator: Any) -> dict:
+        local = [self.weighted[k] for k in LOSS_STATS] + [self.counts[k] for k in self.COUNTS]
+        summed = dict(zip(LOSS_STATS + self.COUNTS, sum_over_processes(accelerator, local)))
+        world = accelerator.num_processes
+        tokens, steps, step_s = summed["loss_tokens"], summed["optimizer_steps"] / world, summed["step_s"] / world
+        out = {k: summed[k] / tokens if tokens else 0.0 for k in LOSS_STATS}
+        out.update(
+            # each process's loss is its share of the mini-batch objective (scaled by W): the mean is the objective
+            loss=summed["loss_sum"] / world / steps if steps else 0.0,
+            loss_tokens=int(tokens), train_tokens=int(summed["train_tokens"]), optimizer_steps=int(steps),
+            grad_norm=summed["grad_norm_sum"] / world / steps if steps else 0.0,
+            train_tokens_per_s=summed["train_tokens"] / step_s if step_s else 0.0,
+        )
+        return out
+
+
+def sum_over_processes(accelerator: Any, values: list[float]) -> list[float]:
+    if accelerator.num_processes == 1:
+        return values
+    tensor = torch.tensor(values, dtype=torch.float64, device=accelerator.device)
+    return accelerator.reduce(tensor, reduction="sum").tolist()
+
+
+def gather_objects(accelerator: Any, items: list) -> list:
+    """Every process's `items`, concatenated in process order (on every process)."""
+    if accelerator.num_processes == 1:
+        return list(items)
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
+
+
+def rollout_metrics(accelerator: Any, trajs: list, engine_stats: Any) -> dict:
+    """Success, reward components, harness use and action quality over all processes' trajectories."""
+    rows = gather_objects(accelerator, [_summary(t) for t in trajs])
+    ok = [r for r in rows if r["error"] is None]
+    n = max(len(ok), 1)
+    steps = max(sum(r["steps"] for r in ok), 1)
+    out = {
+        "episodes": len(rows),
+        "errors": len(rows) - len(ok),
+        "success_rate": sum(r["won"] for r in ok) / n,
+        "steps_per_episode": sum(r["steps"] for r in ok) / n,
+        "harness_calls_per_episode": sum(sum(r["calls"].values()) for r in ok) / n,
+        "invalid_rate": sum(r["invalid"] for r in ok) / steps,
+        "repeat_rate": sum(r["repeats"] for r in ok) / steps,
+        "generated_tokens": sum(r["tokens"] for r in rows),
+    }
+    for verb in HARNESS_VERBS:
+        out[f"harness/{verb}_per_episode"] = sum(r["calls"].get(verb, 0) for r in ok) / n
+    for key in ("r_grpo", "r_div", "r_eff", "total"):
+        out[f"reward/{key}"] = sum(r["rewards"].get(key, 0.0) for r in ok) / n
+    stats = engine_stats  # this process's latest RolloutEngine.run
+    out["rollout_tokens_per_s"] = stats.generated_tokens / stats.wall_s if stats.wall_s else 0.0
+    return out
+
+
+def _summary(t) -> dict:
+    return {"error": t.error, "won": bool(t.won), "steps": t.steps, "calls": dict(t.harness_calls),
+            "invalid": t.invalid_count, "repeats": t.repeat_count, "rewards": dict(t.rewards),
+            "tokens": t.generated_tokens}
+
+
+def memory_metrics() -> dict:
+    import psutil
+
+    out = {"rss_gb": psutil.Process().memory_info().rss / 2**30}
+    if torch.cuda.is_available():
+        out["cuda_max_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.reset_peak_memory_stats()
+    return out

