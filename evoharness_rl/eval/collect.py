@@ -43,7 +43,7 @@ def collect(cfg: Any, engine: Optional[RolloutEngine] = None) -> dict[str, Any]:
     won = [t for t in trajectories if t.won and t.error is None and t.turns]
     errors = sum(t.error is not None for t in trajectories)
     if not won:
-        from evoharness_rl.cli import UserError
+        from evoharness_rl.errors import UserError
 
         raise UserError(
             f"collect: {len(trajectories)} episodes collected, 0 succeeded ({errors} errored); nothing to train on. "

@@ -56,7 +56,7 @@ def split_tasks(env_factory: Callable[[], Any], split: str, limit: Optional[int]
     finally:
         env.close()
     if not tasks:
-        from evoharness_rl.cli import UserError
+        from evoharness_rl.errors import UserError
 
         raise UserError(f"split {split!r} of env {env.spec.name!r} has no tasks; run `evoharness-rl prepare` "
                         "or check env.data_path")

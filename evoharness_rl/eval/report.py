@@ -230,7 +230,7 @@ def report(run_dirs: list[str | Path], out_dir: Optional[str | Path] = None) -> 
 
 def report_command(cfg: Any) -> None:
     """CLI entry: `evoharness-rl report runs=[...] out_dir=...` prints the Markdown."""
-    from evoharness_rl.cli import UserError
+    from evoharness_rl.errors import UserError
 
     try:
         text = report(list(cfg.runs), cfg.out_dir)

@@ -9,7 +9,7 @@ import pytest
 from fake_eval import fake_config, fake_engine
 from rollout_fakes import ListBackend, make_fake_env
 
-from evoharness_rl.cli import UserError
+from evoharness_rl.errors import UserError
 from evoharness_rl.eval.collect import collect
 from evoharness_rl.rollout.engine import RolloutEngine
 from evoharness_rl.rollout.pool import EnvPool
