@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -88,49 +84,14 @@ def vllm_engine(tiny_model_dir):
     backend.release()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def vllm_server(tiny_model_dir, tmp_path_factory):
     """A vLLM OpenAI-compatible server on the tiny model (LoRA updates allowed); yields its /v1 URL."""
     pytest.importorskip("vllm")
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("vllm-server") / "server.log"
-    env = dict(os.environ, VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", VLLM_CPU_KVCACHE_SPACE="1")
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model_dir),
-               "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-               "--enforce-eager", "--max-model-len", "512", "--logprobs-mode", "processed_logprobs",
-               "--enable-lora", "--max-lora-rank", "8", "--max-loras", "1"]
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        _wait_healthy(server, port, log_path, timeout_s=240)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+    from tests.vllm_server import vllm_server as start_server
 
-
-def _wait_healthy(server: subprocess.Popen, port: int, log_path: Path, timeout_s: float) -> None:
-    import urllib.error
-    import urllib.request
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"vLLM server exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            pass
-        time.sleep(1)
-    raise RuntimeError(f"vLLM server not healthy after {timeout_s} s:\n{log_path.read_text()[-3000:]}")
+    args = ("--max-model-len", "512", "--logprobs-mode", "processed_logprobs", "--enable-lora",
+            "--max-lora-rank", "8", "--max-loras", "1")
+    with start_server(tiny_model_dir, tmp_path_factory.mktemp("vllm-server"), args,
+                      env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}, timeout_s=240) as url:
+        yield url

@@ -7,12 +7,6 @@ with scripted answers in test_llm_server.py.)
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-
 import pytest
 
 from evoharness_rl.config import ExperienceConfig
@@ -23,47 +17,9 @@ from tests.experience import synthetic
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def vllm_url(tmp_path_factory):
-    pytest.importorskip("vllm")
-    import httpx
-
-    from evoharness_rl.models import init_model
-
-    model_dir = init_model("tiny", tmp_path_factory.mktemp("model") / "tiny")
-    port, log_path = _free_port(), tmp_path_factory.mktemp("server") / "vllm.log"
-    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-               "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-               "--enforce-eager", "--max-model-len", "8192"]
-    with open(log_path, "w") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                  env=dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1"))
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if server.poll() is not None:
-                raise RuntimeError(f"vLLM server exited with {server.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"vLLM server not healthy after 300 s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+def vllm_url(local_openai_server):
+    return local_openai_server[0]
 
 
 @pytest.mark.parametrize("fused", [True, False])
