@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 NAME = r"[a-z]+ \d+"
 _NAMES = re.compile(rf"\b({NAME})\b")
-_EVENTS = {
+ENGINE_EVENTS = {  # the engine's feedback messages (alfworld 0.4.2), shared with grounding.py
     "arrive": re.compile(rf"You arrive at ({NAME})\."),
     "open": re.compile(rf"You open the ({NAME})\."),
     "close": re.compile(rf"You close the ({NAME})\."),
@@ -136,7 +136,7 @@ class AlfworldBelief(Belief):
         if text.strip().startswith("Nothing happens"):
             self.failed += 1
             return
-        for kind, pattern in _EVENTS.items():
+        for kind, pattern in ENGINE_EVENTS.items():
             match = pattern.search(text)
             if match:
                 getattr(self, f"_on_{kind}")(*match.groups())

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import re
 
+from evoharness_rl.envs.alfworld.belief import ENGINE_EVENTS
 from evoharness_rl.rollout.trajectory import Trajectory
 
 _SEEN_ON = re.compile(r"On the ([a-z]+ \d+), you see ([^.]*)\.")
 _SEEN_IN = re.compile(r"The ([a-z]+ \d+) is open\. In it, you see ([^.]*)\.")
-_PICKED = re.compile(r"You pick up the ([a-z]+ \d+) from the ([a-z]+ \d+)\.")
-_MOVED = re.compile(r"You move the ([a-z]+ \d+) to the ([a-z]+ \d+)\.")
+_PICKED, _MOVED = ENGINE_EVENTS["take"], ENGINE_EVENTS["move"]  # the engine's messages, as the Belief tracker reads them
 _ARRIVE = re.compile(r"You arrive at (?:the )?([a-z]+) \d+")
 _INSTANCE = re.compile(r"\b([a-z]+) \d+\b")
 _NOTE_FACT = re.compile(

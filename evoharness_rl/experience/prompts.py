@@ -23,11 +23,8 @@ SYSTEM = (
     "valid JSON value, with no prose or markdown fences."
 )
 
-TASK_ABSTRACTION = """You are the task-experience abstractor for {agent_description}. You are given the episodes produced for one {task_noun}. The output is candidate Experience distilled from this evidence alone; the store remains unchanged.
-
-{task_label}: {task_type}
-
-SUCCESSFUL EPISODES:
+# The evidence block every abstraction prompt shows (paper Appendix L.2).
+EVIDENCE = """SUCCESSFUL EPISODES:
 {success_data}
 
 FAILED EPISODES:
@@ -35,7 +32,13 @@ FAILED EPISODES:
 
 AGENT NOTES:
 {notes_text}
+"""
 
+TASK_ABSTRACTION = """You are the task-experience abstractor for {agent_description}. You are given the episodes produced for one {task_noun}. The output is candidate Experience distilled from this evidence alone; the store remains unchanged.
+
+{task_label}: {task_type}
+
+""" + EVIDENCE + """
 Return a JSON object containing candidate skills, mistakes, and search priorities. Each candidate contains a unique ID, a short actionable principle, its trigger condition, and supporting evidence. Candidates are specific to {task_type}; a compact set of high-value entries is preferred, with empty lists representing a lack of supported candidates.
 
 FINAL JSON FORMAT (every text field at most {max_field_chars} characters; evidence cites the E#/N# labels above):
@@ -47,15 +50,7 @@ GENERAL_ABSTRACTION = """You are the general-experience abstractor for {agent_de
 
 {task_label}S PRESENT IN THIS BATCH: {task_type_list}
 
-SUCCESSFUL EPISODES:
-{success_data}
-
-FAILED EPISODES:
-{failure_data}
-
-AGENT NOTES:
-{notes_text}
-
+""" + EVIDENCE + """
 Return a JSON object containing general candidate skills and mistakes. Retain a candidate only when at least two task types support it, name those task types, and cite the supporting trajectories or notes. Omit task-specific observations and search priorities. Prefer a few short, high-value candidates, and return empty lists when appropriate.
 
 FINAL JSON FORMAT (every text field at most {max_field_chars} characters; task_types from the list above):
@@ -107,15 +102,7 @@ FUSED = """You are the experience evolver for {agent_description}. You are given
 
 {task_label}S PRESENT IN THIS BATCH: {task_type_list}
 
-SUCCESSFUL EPISODES:
-{success_data}
-
-FAILED EPISODES:
-{failure_data}
-
-AGENT NOTES:
-{notes_text}
-
+""" + EVIDENCE + """
 EXISTING STORE:
 {existing_store}
 
