@@ -10,6 +10,10 @@ an observation, a `<think>..</think><action>..</action>` response), tokenized wi
 local tokenizer. Tokens/s counts every non-padding token of a batch (prompt + response),
 measured over the steps after the first (warm-up). GPU rows also report peak allocated
 memory. Weights are random: speed and memory do not depend on their values.
+
+CPU rows come in pairs: `head=supervised` is our trainer (the LM head runs on labelled
+positions only, sft/loss.py), `head=trl` the same run with TRL's own loss, which on CPU
+projects every position; `x trl` is the ratio of the two, measured in the same run.
 """
 
 from __future__ import annotations
@@ -51,9 +55,15 @@ def synthetic_examples(n: int, seed: int = 0) -> list[dict]:
     return out
 
 
-def bench(model_path: str, lora: bool, steps: int, batch: int, device: str) -> dict:
-    """One short training run; -> tokens/s (median step), seconds per step, mean length, peak GiB (GPU)."""
+def bench(model_path: str, lora: bool, steps: int, batch: int, device: str, trl_loss: bool = False) -> dict:
+    """One short training run; -> tokens/s (median step), seconds per step, mean length, peak GiB (GPU).
+
+    trl_loss: use TRL's SFTTrainer.compute_loss instead of ours (the comparison row).
+    """
+    import types
+
     import datasets
+    from trl import SFTTrainer
 
     tokenizer = load_tokenizer(model_path)
     rows = datasets.Dataset.from_list(synthetic_examples(batch * steps))
@@ -64,6 +74,8 @@ def bench(model_path: str, lora: bool, steps: int, batch: int, device: str) -> d
         cfg.sft.lora, cfg.sft.per_device_batch_size, cfg.sft.epochs = lora, batch, 1.0
         cfg.sft.save_steps, cfg.sft.logging_steps = 10**6, 10**6
         trainer = build_trainer(cfg, device, tokenizer, train, None, log=None)
+        if trl_loss:
+            trainer.compute_loss = types.MethodType(SFTTrainer.compute_loss, trainer)
         timer = StepTimer()
         trainer.add_callback(timer)
         if device == "cuda":
@@ -127,18 +139,23 @@ def main() -> None:
         runs = [(size, str(init_model(size, tmp / size)), "cpu") for size in args.sizes]
         if args.gpu:
             runs.append(("qwen3-0.6b", qwen3_0_6b_checkpoint(tmp), "cuda"))
-        header = ("model", "params", "mode", "device", "seq", "s/step", "tok/s", "peak GiB")
-        print("{:<11} {:>8} {:<5} {:<6} {:>5} {:>7} {:>9} {:>8}".format(*header))
+        header = ("model", "params", "mode", "head", "device", "seq", "s/step", "tok/s", "x trl", "peak GiB")
+        print("{:<11} {:>8} {:<5} {:<10} {:<6} {:>5} {:>7} {:>9} {:>6} {:>8}".format(*header))
         for name, path, device in runs:
             from transformers import AutoConfig, AutoModelForCausalLM
 
             with torch.device("meta"):
                 params = count_parameters(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path)))
             for lora in (False, True):
-                r = bench(path, lora, args.steps, args.batch, device)
-                peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "-"
-                print(f"{name:<11} {params / 1e6:>7.1f}M {'lora' if lora else 'full':<5} {device:<6} "
-                      f"{r['seq_len']:>5.0f} {r['s_per_step']:>7.2f} {r['tok_per_s']:>9.0f} {peak:>8}", flush=True)
+                heads = ("trl", "supervised") if device == "cpu" else ("trl",)  # on GPU ours is TRL's path
+                rows = {head: bench(path, lora, args.steps, args.batch, device, trl_loss=head == "trl")
+                        for head in heads}
+                for head, r in rows.items():
+                    peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "-"
+                    ratio = r["tok_per_s"] / rows["trl"]["tok_per_s"]
+                    print(f"{name:<11} {params / 1e6:>7.1f}M {'lora' if lora else 'full':<5} {head:<10} {device:<6} "
+                          f"{r['seq_len']:>5.0f} {r['s_per_step']:>7.2f} {r['tok_per_s']:>9.0f} {ratio:>6.2f} "
+                          f"{peak:>8}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ Steps (paper Sec. 2.3, "Supervised initialization"; defaults from Table 10):
 2. tokenize with the checkpoint's chat template: loss only on assistant tokens (the
    template's `{% generation %}` spans, as TRL's `assistant_only_loss`), over-length
    examples cut from the middle of the prompt or dropped (rule in sft/data.py; counted);
-3. TRL `SFTTrainer`: LoRA (r=64, alpha=128, all linear layers) or full parameters
-   (`sft.lora=false`), AdamW, cosine schedule with warmup, gradient clipping; gradient
-   checkpointing on GPU only; checkpoints every `sft.save_steps` (`resume=true` continues
+3. TRL `SFTTrainer` (on CPU its LM head runs on labelled positions only, sft/loss.py):
+   LoRA (r=64, alpha=128, all linear layers) or full parameters (`sft.lora=false`),
+   AdamW, cosine schedule with warmup, gradient clipping; gradient checkpointing on GPU only; checkpoints every `sft.save_steps` (`resume=true` continues
    from the last one); loss / lr / tokens-per-second to metrics.jsonl (+ wandb);
 4. save: LoRA -> out_dir/adapter, merged into out_dir/merged (`sft.merge`); full ->
    out_dir/merged. The returned path is what `grpo` / `eval` take as `model.path`.
@@ -128,13 +128,13 @@ def training_chat_template(tokenizer: Any) -> Optional[str]:
 
 
 def build_trainer(cfg: Any, device: str, tokenizer: Any, train: Any, validation: Any, log: Optional[RunLogger]):
-    """TRL SFTTrainer with our callbacks (metrics + progress) and optional LoRA."""
-    from trl import SFTTrainer
+    """TRL SFTTrainer (its CPU loss on supervised positions only) with our callbacks and optional LoRA."""
+    from evoharness_rl.sft.loss import SupervisedHeadSFTTrainer
 
     args = training_args(cfg, device, has_validation=bool(validation))  # before loading: ZeRO-3 partitions the load
     dtype = _lora_dtype(cfg, device) if cfg.sft.lora else "float32"  # full training keeps fp32 master weights
     model = load_model(cfg.model, device="cpu", dtype=dtype)  # the Trainer moves it to this process's device
-    trainer = SFTTrainer(
+    trainer = SupervisedHeadSFTTrainer(
         model=model,
         args=args,
         train_dataset=train,

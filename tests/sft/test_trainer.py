@@ -55,6 +55,23 @@ def test_collator_output_trains_only_assistant_tokens(tmp_path, tiny_model, fake
         assert "OBJECTIVE: put mug" in masked_text and "OBSERVATION: result of" in masked_text
 
 
+def test_supervised_head_loss_matches_trls_loss_on_a_collated_batch(tmp_path, tiny_model, fake_env):
+    """The CPU loss (LM head on supervised positions only) equals TRL's own on the same batch, metrics too."""
+    from trl import SFTTrainer
+
+    cfg = sft_config(tmp_path, tiny_model, collection(tmp_path, fake_env, n=4), validation_fraction=0.0)
+    tokenizer = load_tokenizer(tiny_model)
+    train, _ = data.tokenize_examples(prepare_dataset(cfg, tokenizer, log=None)["train"], tokenizer, 4096)
+    trainer = build_trainer(cfg, "cpu", tokenizer, train, None, log=None)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
+    n_items = int((batch["labels"][:, 1:] != -100).sum()) * 2  # as if the optimizer step had two such batches
+    ours = trainer.compute_loss(trainer.model, dict(batch), num_items_in_batch=n_items)
+    accuracy = trainer._metrics["train"]["mean_token_accuracy"][-1]
+    theirs = SFTTrainer.compute_loss(trainer, trainer.model, dict(batch), num_items_in_batch=n_items)
+    assert torch.allclose(ours, theirs, atol=1e-5) and ours > 0
+    assert accuracy == pytest.approx(trainer._metrics["train"]["mean_token_accuracy"][-1], abs=1e-6)
+
+
 def test_all_failed_collection_stops_with_counts(tmp_path, tiny_model, fake_env):
     cfg = sft_config(tmp_path, tiny_model, collection(tmp_path, fake_env, n=4, won=False))
     with pytest.raises(data.SFTDataError, match="4 episodes collected, 0 succeeded"):
