@@ -72,6 +72,10 @@ class EnvSpec:
     prompt_version: str = "1"  # bump when prompts change: SFT data built with another version is rejected
     default_context: str = "per_turn"  # the context style the paper uses for this env
 
+    def versioned(self, prompt_style: str = "paper") -> str:
+        """The prompt version of episodes played with `prompt_style` (paper | compact)."""
+        return self.prompt_version if prompt_style == "paper" else f"{self.prompt_version}+{prompt_style}"
+
 
 class Environment(abc.ABC):
     """Base class of every environment adapter."""
@@ -118,6 +122,17 @@ class Teacher(abc.ABC):
     @abc.abstractmethod
     def respond(self) -> str:
         """The next response (raw text, exactly as a model would write it)."""
+
+    def slips(self) -> list[tuple[str, str]]:
+        """Plausible mistakes in the current state, as (think, env action) pairs.
+
+        Noise-injected collection (`policy.teacher_slip_rate`) plays one of them that the
+        environment does not list as admissible, so the state is unchanged and the
+        teacher carries on: the SFT data then shows how to recover after a rejected
+        action (the slip itself is an invalid turn, which SFT never trains on).
+        Default: none.
+        """
+        return []
 
     def observe(self, action_kind: str, action: str, result: str) -> None:
         """Told what happened after its last response (kind: env|harness|invalid)."""

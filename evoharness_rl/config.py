@@ -22,13 +22,14 @@ from evoharness_rl.errors import UserError
 COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model")
 HARNESS_MODES = ("env_only", "always_on", "adaptive")
 CONTEXTS = ("per_turn", "accumulated")
+PROMPT_STYLES = ("paper", "compact")
 BACKENDS = ("hf", "vllm", "vllm_server", "openai", "scripted", "replay")
 ENV_NAMES = ("alfworld", "webshop", "webarena")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONSOLIDATORS = ("none", "heuristic", "openai", "self")
 EVOLVE_MODES = ("frozen", "online")
 LOGGERS = ("jsonl", "wandb")
-MODEL_SIZES = ("tiny", "small", "base")
+MODEL_SIZES = ("tiny", "mini", "small", "base")
 
 
 class ConfigError(UserError, ValueError):
@@ -72,6 +73,7 @@ class EnvConfig:
     data_path: Optional[str] = None  # data root; null: the generated data under data_dir (ALFWorld: $ALFWORLD_DATA/json_2.1.1 if set)
     data_dir: str = "data"  # where `prepare` writes generated data (relative to the working directory)
     context: str = "per_turn"  # per_turn (fresh prompt each turn) | accumulated (one growing conversation)
+    prompt_style: str = "paper"  # paper (the paper's system prompts) | compact (two lines, for small local models)
     max_steps_train: int = 70  # step budget of a training episode (env + harness actions)
     max_steps_eval: int = 50  # step budget of an evaluation episode
     recall_k: int = 3  # entries returned by recall [query] (paper: 3 ALFWorld / 6 WebShop / 3 WebArena)
@@ -110,6 +112,7 @@ class PolicyConfig:
     batch_size: int = 64  # prompts per backend call (hf); vLLM schedules its own batches
     path: Optional[str] = None  # replay: JSON file with a list of raw responses
     harness_rate: float = 0.5  # scripted: how often the teacher uses BPE actions (0..1)
+    teacher_slip_rate: float = 0.0  # scripted: share of turns that are a plausible action the env rejects (SFT recovery)
     base_url: Optional[str] = None  # openai / vllm_server: server URL, e.g. http://127.0.0.1:8000/v1
     model_name: Optional[str] = None  # openai: model name sent to the endpoint (default: model.path)
     api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable holding the API key
@@ -270,7 +273,7 @@ class Config:
     episodes_per_task: int = 1  # eval/collect: episodes per task
     resume: bool = False  # grpo/sft/eval: continue the run in out_dir
     runs: list[str] = field(default_factory=list)  # report: run directories to tabulate
-    size: str = "tiny"  # init-model: tiny (~1M) | small (~10M) | base (~50M)
+    size: str = "tiny"  # init-model: tiny (~1M) | mini (~2.3M) | small (~10M) | base (~50M)
     out: Optional[str] = None  # init-model: output directory
     device: str = "auto"  # auto | cpu | cuda
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -309,6 +312,7 @@ def validate(cfg: Config) -> Config:
     _choice("command", cfg.command, COMMANDS)
     _choice("env.name", cfg.env.name, ENV_NAMES)
     _choice("env.context", cfg.env.context, CONTEXTS)
+    _choice("env.prompt_style", cfg.env.prompt_style, PROMPT_STYLES)
     _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
     _choice("env.alfworld.expert", cfg.env.alfworld.expert, ("handcoded", "planner"))
     _choice("env.webshop.backend", cfg.env.webshop.backend, ("sim", "real"))
@@ -340,8 +344,8 @@ def validate(cfg: Config) -> Config:
                  "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
                  "grpo.keep_checkpoints", "grpo.lr_warmup_steps"):
         _positive(name, _get(cfg, name), zero_ok=True)
-    for name in ("policy.top_p", "policy.harness_rate", "policy.gpu_memory_utilization", "sft.warmup_ratio",
-                 "sft.validation_fraction"):
+    for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
+                 "sft.warmup_ratio", "sft.validation_fraction"):
         _fraction(name, _get(cfg, name))
     for budget in cfg.grpo.horizon_curriculum:
         _positive("grpo.horizon_curriculum[]", budget)

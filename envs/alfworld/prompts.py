@@ -7,7 +7,7 @@ the command the engine accepts.
 
 from __future__ import annotations
 
-PROMPT_VERSION = "alfworld-1"  # bump when any text below changes
+PROMPT_VERSION = "alfworld-2"  # bump when any text below (or the shared history format) changes
 
 _INTRO = (
     "You are an autonomous intelligent agent operating in the ALFWorld text-based household environment. "

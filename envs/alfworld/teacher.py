@@ -105,6 +105,27 @@ class AlfworldTeacher(Teacher):
         think, action = next(self._script, ("The task should be complete; look around to confirm.", "look"))
         return f"<think>{think}</think><action>{action}</action>"
 
+    def slips(self) -> list[tuple[str, str]]:
+        """A small model's typical mistakes here: taking the target where it is not, going to a receptacle
+        this room lacks or to where it stands, placing what it does not hold (the episode keeps only those
+        the engine rejects, so none of them changes the state)."""
+        g, here = self.goal, self.belief.location
+        if not here:
+            return []
+        out = []
+        if not self.belief.holding and not self._visible(g.obj):
+            out.append((f"There is {g.obj} 1 on the {here}; pick it up.", f"take {g.obj} 1 from {here}"))
+        present = set(self.world.receptacles.values())
+        absent = [r for r in PLACEMENT_PRIORS.get(g.obj, {}) if r not in present]
+        if absent:
+            rtype = self.rng.choice(sorted(absent))
+            out.append((f"A {g.obj} is usually kept in a {rtype}; check {rtype} 1.", f"go to {rtype} 1"))
+        out.append((f"Look for the {g.obj} at {here}.", f"go to {here}"))
+        if self.belief.holding and g.recep:
+            out.append((f"Put the {self.belief.holding[0]} in the {g.recep}.",
+                        f"move {self.belief.holding[0]} to {g.recep} 1"))
+        return out
+
     def observe(self, action_kind: str, action: str, result: str) -> None:
         self.last_result = result
         if action_kind == "invalid":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from evoharness_rl.envs.base import EnvSpec
 
-PROMPT_VERSION = "webshop-1"  # bump when any text below changes
+PROMPT_VERSION = "webshop-2"  # bump when any text below (or the shared history format) changes
 
 _INTRO = """You are an autonomous intelligent agent operating in the WebShop e-commerce environment. The objective is to buy the product that best matches the instruction, including its options and price ceiling.
 You will receive: OBJECTIVE, OBSERVATION, AVAILABLE ACTIONS, PREVIOUS ACTION(S).

@@ -47,12 +47,13 @@ TEXT_POLICIES = ("scripted", "replay", "openai")
 # ------------------------------------------------------------------------------ episodes
 
 
-def split_tasks(env_factory: Callable[[], Any], split: str, limit: Optional[int] = None) -> tuple[list[str], str]:
+def split_tasks(env_factory: Callable[[], Any], split: str, limit: Optional[int] = None,
+                prompt_style: str = "paper") -> tuple[list[str], str]:
     """The first `limit` task ids of `split` in the env's fixed order, and the env's prompt version."""
     env = env_factory()
     try:
         tasks = list(env.task_ids(split))
-        version = env.spec.prompt_version
+        version = env.spec.versioned(prompt_style)
     finally:
         env.close()
     if not tasks:
@@ -114,6 +115,7 @@ def _policy_identity(cfg: Any) -> dict:
     identity: dict[str, Any] = {"backend": p.backend}
     if p.backend == "scripted":
         identity["harness_rate"] = p.harness_rate
+        identity["teacher_slip_rate"] = p.teacher_slip_rate
         return identity
     if p.backend == "replay":
         identity["responses"] = _file_hash(p.path)
@@ -216,7 +218,7 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
         # numba/llvmlite (pulled in by bm25s) is loaded in the process.
         engine = engine or build_engine(cfg)
         bank = load_bank(cfg)
-        tasks, version = split_tasks(engine.pool.env_factory, cfg.split, cfg.limit)
+        tasks, version = split_tasks(engine.pool.env_factory, cfg.split, cfg.limit, cfg.env.prompt_style)
         jobs = eval_jobs(tasks, cfg.episodes_per_task, cfg.seed)
         bank_hash = bank.content_hash() if bank is not None else ""
         fp = fingerprint(cfg, bank_hash, version)

@@ -68,7 +68,7 @@ class ParsedAction:
             return f"{self.verb} [{self.action}]"
         if self.kind is ActionKind.ENV:
             return self.action
-        return "<invalid>"
+        return f"{self.action} (invalid)" if self.action else "<invalid>"  # what was tried, when readable
 
 
 def _clean(text: str) -> str:
@@ -147,3 +147,33 @@ def parse_response(
     if len(action) > MAX_ACTION_CHARS:
         return invalid(f"action is {len(action)} characters long; at most {MAX_ACTION_CHARS} allowed", think)
     return ParsedAction(ActionKind.ENV, action=action, think=think)
+
+
+def format_response(action_format: str, think: str, action: str) -> str:
+    """A response in the env's format, as a teacher (or a model) writes it."""
+    if action_format == "fenced":
+        return f"{think}\n```\n{action}\n```"
+    return f"<think>{think}</think><action>{action}</action>"
+
+
+# ------------------------------------------------------------------- compact prompts
+
+_VERB_USAGE = {"track": "track [object]", "commit": "commit [subgoal]", "recall": "recall [query]",
+               "note": "note [insight]"}
+
+
+def compact_system_prompt(action_format: str, actions_label: str, verbs: tuple[str, ...] = ()) -> str:
+    """A few-line system prompt for small local models (`env.prompt_style=compact`).
+
+    It keeps the response syntax and the action vocabulary of the paper's prompts and
+    drops the prose, which a model trained from scratch cannot use and which would
+    otherwise be most of every training token.
+    """
+    if action_format == "fenced":
+        syntax = "Reply with brief reasoning, then one action in a ```...``` block."
+    else:
+        syntax = "Reply with <think>brief reasoning</think><action>one action</action>."
+    actions = f"An action is one of the {actions_label}"
+    if verbs:
+        actions += ", or a harness call (one step each): " + ", ".join(_VERB_USAGE[v] for v in verbs)
+    return f"{syntax}\n{actions}."

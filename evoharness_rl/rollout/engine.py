@@ -105,6 +105,7 @@ class RolloutEngine:
         max_live_episodes: int = 64,
         harness_rate: float = 0.5,
         reward_cfg: Any = None,
+        slip_rate: float = 0.0,
     ):
         if max_live_episodes < 1:
             raise ValueError(f"max_live_episodes={max_live_episodes} must be >= 1")
@@ -117,6 +118,7 @@ class RolloutEngine:
         self.max_prompt_tokens = max_prompt_tokens
         self.max_live_episodes = max_live_episodes
         self.harness_rate = harness_rate  # scripted teacher: how often it uses BPE verbs
+        self.slip_rate = slip_rate  # scripted teacher: share of turns replaced by a rejected plausible mistake
         self.reward_cfg = reward_cfg  # config.RewardConfig: store reward components in each record
         self.stats = RolloutStats()
 
@@ -181,7 +183,7 @@ class RolloutEngine:
         for _, key, job in batch:
             commands.append(Reset(key, job.task_id, job.seed, self._settings, version))
             if self._needs_teacher:
-                commands.append(Teacher(key, self.harness_rate))
+                commands.append(Teacher(key, self.harness_rate, self.slip_rate))
         return batch, self.pool.submit(commands)
 
     def _admit(self, resets: tuple, live: dict[str, _Live]) -> None:
@@ -239,7 +241,7 @@ class RolloutEngine:
                 continue
             commands.append(Step(key, completion.text))
             if self._needs_teacher:
-                commands.append(Teacher(key, self.harness_rate))
+                commands.append(Teacher(key, self.harness_rate, self.slip_rate))
         replies = self._collect(self.pool.submit(commands)) if commands else []
         for key, completion in completions.items():
             ep, reply = live[key], replies[positions[key]]
@@ -377,6 +379,7 @@ def episode_settings(cfg: Any, train: bool = False, max_steps: Optional[int] = N
         mode=h.mode,
         switches=HarnessSwitches(belief=h.belief, progress=h.progress, experience=h.experience),
         context=env.context,
+        prompt_style=env.prompt_style,
         max_steps=budget,
         recall_k=env.recall_k,
         progress_capacity=h.progress_capacity,
@@ -405,4 +408,5 @@ def build_engine(cfg: Any, backend: Optional[GenerationBackend] = None) -> Rollo
         max_live_episodes=cfg.env.max_live_episodes,
         harness_rate=cfg.policy.harness_rate,
         reward_cfg=cfg.reward,
+        slip_rate=cfg.policy.teacher_slip_rate,
     )

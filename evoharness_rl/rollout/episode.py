@@ -25,7 +25,8 @@ import random
 from dataclasses import dataclass, field
 
 from evoharness_rl.envs.base import Environment, StepResult, Task
-from evoharness_rl.harness.protocol import ActionKind, ParsedAction, parse_response
+from evoharness_rl.harness.protocol import (ActionKind, ParsedAction, compact_system_prompt, format_response,
+                                            parse_response)
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessMode, HarnessSwitches, Workspace
 from evoharness_rl.rollout.trajectory import Trajectory, Turn
 
@@ -39,6 +40,7 @@ class EpisodeSettings:
     mode: str = "adaptive"  # harness mode: env_only | always_on | adaptive
     switches: HarnessSwitches = field(default_factory=HarnessSwitches)
     context: str = "per_turn"  # per_turn | accumulated
+    prompt_style: str = "paper"  # paper (the env's system prompts) | compact (a few lines, for small local models)
     max_steps: int = 50  # shared step budget (env + harness + invalid actions)
     recall_k: int = 3  # entries returned by recall
     progress_capacity: int = 8  # subgoals kept by Progress
@@ -81,7 +83,7 @@ class Episode:
             objective=self.task.objective,
             mode=s.mode,
             context=s.context,
-            prompt_version=self.spec.prompt_version,
+            prompt_version=self.spec.versioned(s.prompt_style),
             seed=seed,
             max_steps=s.max_steps,
         )
@@ -90,6 +92,7 @@ class Episode:
         self._history: list[str] = []
         self._last_canonical: str | None = None
         self._teacher = None
+        self._slipped = False  # the pending response is a teacher slip (see teacher_response)
         self._current_view = ""
         if s.context == "accumulated":
             self._conversation = [
@@ -99,8 +102,12 @@ class Episode:
             self._pending = list(self._conversation)
 
     def system_prompt(self) -> str:
+        adaptive = self.settings.mode == HarnessMode.ADAPTIVE.value
+        if self.settings.prompt_style == "compact":
+            verbs = self.workspace.enabled_verbs if adaptive else ()
+            return compact_system_prompt(self.spec.action_format, self.spec.actions_label, verbs)
         prompt = self.spec.system_prompts[self.settings.mode]
-        if self.settings.mode == HarnessMode.ADAPTIVE.value:
+        if adaptive:
             disabled = [v for v in ("track", "commit", "recall", "note") if v not in self.workspace.enabled_verbs]
             if disabled:
                 prompt += "\n\nNot available in this run (using them is invalid): " + ", ".join(disabled) + "."
@@ -171,8 +178,9 @@ class Episode:
         elif s.context == "accumulated":
             self._pending = [{"role": "assistant", "content": response}, {"role": "user", "content": self._user_message(result)}]
             self._conversation.extend(self._pending)
-        if self._teacher is not None:
+        if self._teacher is not None and not self._slipped:  # a rejected slip left the teacher's state as it was
             self._teacher.observe(parsed.kind.value, parsed.action, result)
+        self._slipped = False
         return turn
 
     def _apply(self, parsed: ParsedAction) -> tuple[str, ParsedAction]:
@@ -205,10 +213,20 @@ class Episode:
 
     # -- teacher -------------------------------------------------------------------------
 
-    def teacher_response(self, harness_rate: float, rng: random.Random) -> str:
-        """The scripted expert's next response (the `scripted` policy)."""
+    def teacher_response(self, harness_rate: float, rng: random.Random, slip_rate: float = 0.0) -> str:
+        """The scripted expert's next response (the `scripted` policy).
+
+        With probability `slip_rate` it is instead one of the teacher's plausible mistakes
+        that the environment rejects (`Teacher.slips`), when there is one.
+        """
         if self._teacher is None:
             self._teacher = self.env.make_teacher(self.workspace.enabled_verbs, harness_rate, rng)
+        if slip_rate > 0 and rng.random() < slip_rate:
+            admissible = set(self.last_env.admissible_actions)
+            options = [s for s in self._teacher.slips() if admissible and s[1] not in admissible]
+            if options:
+                self._slipped = True
+                return format_response(self.spec.action_format, *rng.choice(options))
         return self._teacher.respond()
 
 

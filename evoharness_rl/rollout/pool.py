@@ -78,6 +78,7 @@ class Teacher:
 
     key: str
     harness_rate: float
+    slip_rate: float = 0.0
     op = "teacher"
 
 
@@ -197,7 +198,7 @@ class _WorkerState:
         episode = self.episodes.get(cmd.key)
         if episode is None:  # finished by the step before it in the same batch
             return None
-        return episode.teacher_response(cmd.harness_rate, self.rngs[cmd.key])
+        return episode.teacher_response(cmd.harness_rate, self.rngs[cmd.key], cmd.slip_rate)
 
     def _finish(self, cmd: Finish) -> Optional[Trajectory]:
         if cmd.key in self.raw_envs:

@@ -87,7 +87,7 @@ def current_prompt_version(env_name: str, env_cfg: Any = None) -> str:
             env.close()
     if spec is None:
         raise SFTDataError(f"no EnvSpec found for env {env_name!r}; its prompt version cannot be checked")
-    return spec.prompt_version
+    return spec.versioned(getattr(env_cfg, "prompt_style", "paper"))
 
 
 # -------------------------------------------------------------- trajectories in

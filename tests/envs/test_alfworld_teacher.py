@@ -14,12 +14,12 @@ from evoharness_rl.rollout.episode import Episode, EpisodeSettings  # noqa: E402
 from tests.envs.conftest import HAND_REL  # noqa: E402
 
 
-def play(env, task_id, mode="adaptive", rate=1.0, seed=0, experience=None, max_steps=50):
+def play(env, task_id, mode="adaptive", rate=1.0, seed=0, experience=None, max_steps=50, slip_rate=0.0):
     episode = Episode(env, EpisodeSettings(mode=mode, max_steps=max_steps), experience)
     episode.reset(task_id, seed)
     rng = random.Random(seed)
     while not episode.done:
-        episode.step(episode.teacher_response(rate, rng))
+        episode.step(episode.teacher_response(rate, rng, slip_rate))
     return episode.record
 
 
@@ -46,6 +46,19 @@ def test_adaptive_teacher_uses_all_four_verbs_across_episodes(records):
     assert any(len(r.verbs_used) >= 3 for r in records)
     notes = [note for r in records for note in r.notes]
     assert any(" is often found in " in note for note in notes)
+
+
+def test_slipping_teacher_recovers_and_its_slips_are_rejected_by_the_engine(alfworld_root):
+    env = AlfworldEnv(alfworld_root)
+    ids = env.task_ids("valid_seen")
+    played = [play(env, t, seed=i, slip_rate=0.3, max_steps=70) for i, t in enumerate(ids)]
+    env.close()
+    assert all(r.won for r in played)
+    slips = [t for r in played for t in r.turns if t.action_kind == "invalid"]
+    assert len(slips) >= len(played)  # about 0.3 of ~10 turns each
+    assert all(t.observation == "Nothing happens." and t.action for t in slips)  # env-rejected, never unparseable
+    verbs = Counter(t.action.split()[0] for t in slips)
+    assert {"take", "go"} <= set(verbs)
 
 
 def test_harness_rate_changes_how_often_verbs_are_used(alfworld_root):

@@ -84,6 +84,9 @@ class KeyTeacher(Teacher):
     def respond(self):
         return self.plan.pop(0)
 
+    def slips(self):
+        return [("box 0 again", "open box 0"), ("the key is surely in box 9", "open box 9")]  # only box 9 is rejected
+
     def observe(self, kind, action, result):
         self.seen.append((kind, action))
 

@@ -90,3 +90,33 @@ def test_finished_episode_refuses_more_steps_and_records_notes():
     assert ep.record.notes == ["key in box 0"] and ep.record.won
     with pytest.raises(RuntimeError, match="finished"):
         ep.step("<action>done</action>")
+
+
+def test_compact_prompt_style_lists_enabled_verbs_and_versions_the_record():
+    ep = _episode(mode="adaptive", prompt_style="compact", switches=HarnessSwitches(belief=False))
+    ep.reset("valid_seen/1")
+    system = ep.prompt()[0]["content"]
+    assert "SYS" not in system and "<action>" in system
+    assert "commit [subgoal]" in system and "track" not in system  # Belief is off: its verb is not offered
+    assert ep.record.prompt_version == f"{ep.spec.prompt_version}+compact"
+    env_only = _episode(mode="env_only", prompt_style="compact")
+    env_only.reset("valid_seen/1")
+    assert "harness" not in env_only.prompt()[0]["content"]
+    assert env_only.record.prompt_version == f"{ep.spec.prompt_version}+compact"
+    paper = _episode(mode="adaptive")
+    paper.reset("valid_seen/1")
+    assert paper.record.prompt_version == paper.spec.prompt_version
+
+
+def test_teacher_slip_is_a_rejected_action_the_teacher_never_sees():
+    ep = _episode(mode="env_only")
+    ep.reset("valid_seen/1")
+    rng = random.Random(0)
+    slip = ep.teacher_response(1.0, rng, slip_rate=1.0)
+    assert slip == "<think>the key is surely in box 9</think><action>open box 9</action>"
+    turn = ep.step(slip)
+    assert turn.action_kind == "invalid" and ep._teacher.seen == []  # the teacher's state is unchanged
+    assert "open box 9 (invalid) -> Nothing happens." in ep.prompt()[1]["content"]  # the history shows the attempt
+    while not ep.done:
+        ep.step(ep.teacher_response(1.0, rng))
+    assert ep.record.won and ep.record.invalid_count == 1 and [k for k, _ in ep._teacher.seen] == ["env", "env"]

@@ -166,3 +166,23 @@ def test_every_format_survives_pathological_inputs():
     for response, fmt in itertools.product(weird, ("tags", "fenced")):
         parsed = parse_response(response, fmt)
         assert parsed.kind in (ENV, HARNESS, INVALID)
+
+
+@pytest.mark.parametrize("action_format", ["tags", "fenced"])
+def test_format_response_round_trips_through_the_parser(action_format):
+    from evoharness_rl.harness.protocol import format_response
+
+    parsed = parse_response(format_response(action_format, "the key is in box 2", "open box 2"), action_format, ())
+    assert parsed.kind is ActionKind.ENV and parsed.action == "open box 2"
+    harness = parse_response(format_response(action_format, "plan", "commit [find key]"), action_format, ("commit",))
+    assert harness.kind is ActionKind.HARNESS and (harness.verb, harness.action) == ("commit", "find key")
+
+
+def test_compact_system_prompt_names_the_format_the_actions_and_only_enabled_verbs():
+    from evoharness_rl.harness.protocol import compact_system_prompt
+
+    tags = compact_system_prompt("tags", "ADMISSIBLE COMMANDS", ("commit", "recall"))
+    assert "<think>" in tags and "ADMISSIBLE COMMANDS" in tags and "commit [subgoal]" in tags
+    assert "track" not in tags and "note" not in tags
+    fenced = compact_system_prompt("fenced", "ACTIONS")
+    assert "harness" not in fenced and "```" in fenced

@@ -116,6 +116,8 @@ def test_find_env_spec_reads_the_spec_from_the_env_package(monkeypatch):
     monkeypatch.setitem(sys.modules, "evoharness_rl.envs.fakeenv", module)
     assert data.find_env_spec("fakeenv") is spec
     assert data.current_prompt_version("fakeenv") == "7"
+    # compact-prompt episodes carry their own version, so a paper-prompt dataset is rejected under compact
+    assert data.current_prompt_version("fakeenv", types.SimpleNamespace(prompt_style="compact")) == "7+compact"
     assert data.find_env_spec("no_such_env") is None
 
 
