@@ -29,6 +29,8 @@ from evoharness_rl.fileio import atomic_replace_dir
 SIZES: dict[str, dict[str, int]] = {  # Qwen3Config shapes; parameter counts include the tied embedding
     "tiny": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=32),  # ~0.9M
+    "mini": dict(hidden_size=192, intermediate_size=512, num_hidden_layers=4, num_attention_heads=6,
+                 num_key_value_heads=2, head_dim=32),  # ~2.3M (the `make demo` policy)
     "small": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=12, num_attention_heads=4,
                   num_key_value_heads=2, head_dim=64),  # ~10M
     "base": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=16, num_attention_heads=8,
