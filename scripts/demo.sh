@@ -17,7 +17,7 @@ D=${DEMO_DIR:-outputs/demo}
 SIZE=${DEMO_MODEL_SIZE:-tiny}
 CLI=(.venv/bin/python -m evoharness_rl)
 COMMON=(experiment=demo "env.data_dir=$D/data" "$@")
-EVAL_LIMIT=${DEMO_EVAL_LIMIT:-12}
+EVAL_LIMIT=${DEMO_EVAL_LIMIT:-36}
 start=$SECONDS
 
 stage() { printf '\n=== [%3ds] %s\n' $((SECONDS - start)) "$*"; }
