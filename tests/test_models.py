@@ -88,7 +88,7 @@ def test_same_seed_same_weights(tiny):
 
 
 def test_unknown_size_and_bad_paths_are_named(tmp_path, monkeypatch):
-    with pytest.raises(ValueError, match="size='huge'.*tiny, small, base"):
+    with pytest.raises(ValueError, match="size='huge'.*tiny, mini, small, base"):
         init_model("huge", tmp_path / "x")
     with pytest.raises(ValueError, match="model.path is not set"):
         load_tokenizer(None)
