@@ -31,6 +31,7 @@ from typing import Any, Iterator
 from evoharness_rl.envs.alfworld.belief import APPLIANCE, AlfworldBelief, Receptacle, _name_key, goal_from_task
 from evoharness_rl.envs.alfworld.rooms import PLACEMENT_PRIORS, object_type
 from evoharness_rl.envs.base import StepResult, Task, Teacher
+from evoharness_rl.harness.protocol import format_response
 
 SOFT_BUDGET = 40  # the teacher plans to finish within this many steps (eval budget: 50)
 MAX_DECOYS = 3  # most receptacles searched in vain before the true one, per search
@@ -103,7 +104,7 @@ class AlfworldTeacher(Teacher):
     def respond(self) -> str:
         self.steps += 1
         think, action = next(self._script, ("The task should be complete; look around to confirm.", "look"))
-        return f"<think>{think}</think><action>{action}</action>"
+        return format_response("tags", think, action)
 
     def slips(self) -> list[tuple[str, str]]:
         """A small model's typical mistakes here: taking the target where it is not, going to a receptacle

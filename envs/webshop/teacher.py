@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Optional
 from evoharness_rl.envs.base import Teacher
 from evoharness_rl.envs.webshop.belief import Candidate, WebShopBelief
 from evoharness_rl.envs.webshop.pages import Page, Result
+from evoharness_rl.harness.protocol import format_response
 
 if TYPE_CHECKING:  # pragma: no cover
     from evoharness_rl.envs.webshop.adapter import WebShopEnv
@@ -62,7 +63,7 @@ class ScriptedShopper(Teacher):
     def respond(self) -> str:
         think, action = self._harness_move() or self._env_move()
         self.steps += 1
-        return f"<think>{think}</think><action>{action}</action>"
+        return format_response("tags", think, action)
 
     def observe(self, action_kind: str, action: str, result: str) -> None:
         if action_kind == "env":
