@@ -16,11 +16,21 @@ Prompt truncation rule (token backends): a prompt longer than `max_prompt_tokens
 its first `keep_head` tokens (the system message) and the most recent tokens, dropping
 the middle; the request is flagged `prompt_truncated` and counted by the engine
 (`engines.truncate_prompt`; `engines.system_head_length` gives `keep_head`).
+
+Sampling randomness: never repeats, always reproducible. A backend owns one random
+stream, seeded from `SamplingSettings.seed` the first time it sees that seed, that
+advances with every `generate` call: two successive calls with identical requests
+sample differently, and two backends built alike give identical samples for the same
+sequence of calls. The `hf` backend draws every batch from that stream; the `vllm`
+backends give each request its own seed, `GenerationRequest.seed` when the caller set one
+(the rollout engine derives it from the run seed, task, sample and turn, so a sample
+does not depend on how requests were batched) or else the next number of the stream.
 """
 
 from __future__ import annotations
 
 import abc
+import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -30,7 +40,7 @@ class SamplingSettings:
     temperature: float = 1.0  # 0 means greedy
     top_p: float = 1.0
     max_new_tokens: int = 512
-    seed: Optional[int] = None
+    seed: Optional[int] = None  # seeds the backend's random stream (see "Sampling randomness" above)
 
 
 @dataclass
@@ -40,6 +50,7 @@ class GenerationRequest:
     messages: list[dict[str, str]]
     prompt_ids: list[int] = field(default_factory=list)
     key: str = ""  # episode key (replay/scripted use it to find their episode's state)
+    seed: Optional[int] = None  # this request's own sampling seed (vllm backends; None: drawn from the stream)
     teacher: Optional[Callable[[], str]] = None  # scripted: returns the expert's next response
     prompt_truncated: bool = False
 
@@ -51,6 +62,32 @@ class Completion:
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str = "stop"  # stop | length | error
     error: Optional[str] = None  # set when the backend failed for this request after retries
+
+
+def derive_seed(*parts: int) -> int:
+    """A seed that depends on every part (e.g. run seed, update, task, sample, turn); stable across runs."""
+    value = 0
+    for part in parts:
+        value = (value * 1_000_003 + int(part)) % (2**31 - 1)
+    return value
+
+
+class SamplingStream:
+    """A backend's random stream: seeded the first time a `SamplingSettings.seed` is seen, advanced by every draw.
+
+    A new seed (GRPO seeds each update) restarts the stream from it, so a resumed run
+    repeats exactly; seed None starts from fresh OS entropy.
+    """
+
+    def __init__(self) -> None:
+        self.seed: Optional[int] = None
+        self._rng: Optional[random.Random] = None
+
+    def next_seed(self, seed: Optional[int]) -> int:
+        """The next number of the stream for settings seeded with `seed`."""
+        if self._rng is None or seed != self.seed:
+            self.seed, self._rng = seed, random.Random(seed)
+        return self._rng.getrandbits(62)
 
 
 class GenerationBackend(abc.ABC):

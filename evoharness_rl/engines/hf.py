@@ -25,7 +25,7 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 from transformers.generation import TemperatureLogitsWarper, TopPLogitsWarper
 
-from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings
+from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, SamplingStream
 from evoharness_rl.engines.tokens import stop_token_ids
 from evoharness_rl.engines.weights import named_weights, weight_names
 
@@ -84,6 +84,7 @@ class HFBackend(GenerationBackend):
         self.stop_ids = stop_token_ids(tokenizer, getattr(self.model, "generation_config", None))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
         self._load_args = (device, dtype, attn_implementation, trust_remote_code)
+        self._stream = SamplingStream()
 
     # -- generation ---------------------------------------------------------------------
 
@@ -91,17 +92,23 @@ class HFBackend(GenerationBackend):
         for i, request in enumerate(requests):
             if not request.prompt_ids:
                 raise ValueError(f"request {i} (key {request.key!r}) has no prompt_ids; the hf backend needs token ids")
-        if sampling.seed is not None:
-            torch.manual_seed(sampling.seed)
         # Similar lengths share a batch (less padding); results go back in request order.
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         results: list[Optional[Completion]] = [None] * len(requests)
-        with _eval_mode(self.model), _neutral_generation_config(self.model):
+        with _eval_mode(self.model), _neutral_generation_config(self.model), self._random_stream(sampling):
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start : start + self.batch_size]
                 for i, completion in zip(chunk, self._generate_batch([requests[i].prompt_ids for i in chunk], sampling)):
                     results[i] = completion
         return results  # type: ignore[return-value]
+
+    @contextlib.contextmanager
+    def _random_stream(self, sampling: SamplingSettings):
+        """Sample from this backend's stream (base.py); the caller's global torch RNG is left as it was."""
+        device = next(self.model.parameters()).device
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(self._stream.next_seed(sampling.seed))
+            yield
 
     def _generate_batch(self, prompts: list[list[int]], sampling: SamplingSettings) -> list[Completion]:
         device = next(self.model.parameters()).device

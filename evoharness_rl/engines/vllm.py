@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings
+from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, SamplingStream
 from evoharness_rl.engines.openai import error_completion, make_client, map_concurrently
 from evoharness_rl.engines.tokens import checkpoint_generation_config, load_tokenizer, stop_token_ids
 from evoharness_rl.engines.weights import is_peft_model, named_weights
@@ -116,6 +116,7 @@ class VLLMBackend(GenerationBackend):
         self._lora_ids = itertools.count(1)
         self._scratch = Path(tempfile.mkdtemp(prefix="evoharness-vllm-"))  # adapters / weights saved for loading
         self._asleep = False
+        self._stream = SamplingStream()
 
     # -- generation ---------------------------------------------------------------------
 
@@ -133,7 +134,7 @@ class VLLMBackend(GenerationBackend):
                     f"max_model_len={self.max_model_len}; lower policy.max_prompt_tokens"))
                 continue
             prompts.append(TokensPrompt(prompt_token_ids=list(request.prompt_ids)))
-            params.append(self._params(sampling, min(sampling.max_new_tokens, room), i))
+            params.append(self._params(sampling, min(sampling.max_new_tokens, room), self._seed(request, sampling)))
             positions.append(i)
         if prompts:
             self._wake()
@@ -145,14 +146,16 @@ class VLLMBackend(GenerationBackend):
                 self._asleep = True
         return results  # type: ignore[return-value]
 
-    def _params(self, sampling: SamplingSettings, max_tokens: int, index: int):
+    def _seed(self, request: GenerationRequest, sampling: SamplingSettings) -> int:
+        """The request's own seed, or the next of the stream: identical prompts in a GRPO group must differ."""
+        return request.seed if request.seed is not None else self._stream.next_seed(sampling.seed)
+
+    def _params(self, sampling: SamplingSettings, max_tokens: int, seed: int):
         from vllm import SamplingParams
 
-        # One seed per request (seed + index): identical prompts in a GRPO group must differ.
         return SamplingParams(
             n=1, temperature=sampling.temperature, top_p=sampling.top_p if sampling.temperature > 0 else 1.0,
-            top_k=0, min_p=0.0, repetition_penalty=1.0, max_tokens=max_tokens, logprobs=0,
-            seed=None if sampling.seed is None else sampling.seed + index,
+            top_k=0, min_p=0.0, repetition_penalty=1.0, max_tokens=max_tokens, logprobs=0, seed=seed,
             stop_token_ids=self.stop_ids, detokenize=False,  # text is decoded from the ids, as in every backend
         )
 
@@ -273,13 +276,15 @@ class VLLMServerBackend(GenerationBackend):
         self.client = make_client(base_url, api_key_env, max_retries, timeout)
         self.model = model or self.client.models.list().data[0].id
         self.stop_ids = stop_token_ids(tokenizer, checkpoint_generation_config(tokenizer.name_or_path))
+        self._stream = SamplingStream()
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
         _check_prompts(requests, "vllm_server")
-        jobs = list(enumerate(requests))
-        return map_concurrently(lambda job: self._one(job[1].prompt_ids, sampling, job[0]), jobs, self.concurrency)
+        seeds = [r.seed if r.seed is not None else self._stream.next_seed(sampling.seed) for r in requests]
+        jobs = list(zip(requests, seeds))
+        return map_concurrently(lambda job: self._one(job[0].prompt_ids, sampling, job[1]), jobs, self.concurrency)
 
-    def _one(self, prompt_ids: list[int], sampling: SamplingSettings, index: int) -> Completion:
+    def _one(self, prompt_ids: list[int], sampling: SamplingSettings, seed: int) -> Completion:
         try:
             response = self.client.completions.create(
                 model=self.model,
@@ -288,7 +293,7 @@ class VLLMServerBackend(GenerationBackend):
                 temperature=sampling.temperature,
                 top_p=sampling.top_p if sampling.temperature > 0 else 1.0,
                 logprobs=0,
-                seed=None if sampling.seed is None else sampling.seed + index,
+                seed=seed,
                 extra_body=dict(top_k=0, min_p=0.0, repetition_penalty=1.0, stop_token_ids=self.stop_ids,
                                 skip_special_tokens=True, return_tokens_as_token_ids=True),
             )

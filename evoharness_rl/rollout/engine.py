@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings
+from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, derive_seed
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessSwitches
 from evoharness_rl.rollout.episode import EpisodeSettings
 from evoharness_rl.rollout.pool import EnvPool, Finish, Pending, Reply, Reset, Step, Teacher
@@ -57,6 +57,7 @@ class EpisodeJob:
     task_id: str
     seed: int = 0  # env reset seed (and the scripted teacher's choices)
     group: int = 0  # GRPO group (the task's index in the update); carried through for the caller
+    sample: int = 0  # which of the task's episodes this is (GRPO: member of the group); seeds its sampling
 
 
 @dataclass
@@ -79,6 +80,7 @@ class _Live:
 
     index: int  # position in `jobs`
     key: str
+    job: EpisodeJob
     header: Trajectory  # the empty record from reset (task, family, settings)
     messages: list[dict[str, str]]  # next prompt (per_turn) / messages added since the last response (accumulated)
     started: float
@@ -197,7 +199,7 @@ class RolloutEngine:
                 self._done(index, record)
                 continue
             update = reply.value
-            state = _Live(index, key, update.trajectory, update.messages, time.monotonic())
+            state = _Live(index, key, job, update.trajectory, update.messages, time.monotonic())
             if self._needs_teacher:
                 state.teacher_response = replies[n * stride + 1].value
             live[key] = state
@@ -225,10 +227,17 @@ class RolloutEngine:
         teacher = None
         if ep.teacher_response is not None:
             teacher = functools.partial(_constant, ep.teacher_response)
-        request = GenerationRequest(messages=ep.messages, key=ep.key, teacher=teacher)
+        request = GenerationRequest(messages=ep.messages, key=ep.key, teacher=teacher, seed=self._request_seed(ep))
         if self.backend.uses_tokens:
             request.prompt_ids, request.prompt_truncated = self._prompt_ids(ep)
         return request
+
+    def _request_seed(self, ep: _Live) -> Optional[int]:
+        """Sampling seed of this turn: from the run's seed, the task, the sample and the turn (never repeats)."""
+        if self.sampling.seed is None:
+            return None
+        job = ep.job
+        return derive_seed(self.sampling.seed, job.group, job.sample, job.seed, len(ep.turns))
 
     def _step(self, completions: dict[str, Completion], live: dict[str, _Live]) -> None:
         """Send every response to its worker (one submission); fold the replies into the episodes."""
@@ -387,18 +396,22 @@ def episode_settings(cfg: Any, train: bool = False, max_steps: Optional[int] = N
     )
 
 
-def sampling_settings(cfg: Any) -> SamplingSettings:
+def sampling_settings(cfg: Any, train: bool = False) -> SamplingSettings:
+    """Decoding settings of a Config: GRPO rollouts (`train`) sample, everything else is greedy unless set."""
+    from evoharness_rl.config import sampling_temperature
+
     p = cfg.policy
-    return SamplingSettings(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens, seed=cfg.seed)
+    return SamplingSettings(temperature=sampling_temperature(cfg, train), top_p=p.top_p,
+                            max_new_tokens=p.max_new_tokens, seed=cfg.seed)
 
 
 def build_engine(cfg: Any, backend: Optional[GenerationBackend] = None) -> RolloutEngine:
     """The pool (cfg.env) and backend (cfg.policy/cfg.model) of a Config, wired into an engine."""
     from evoharness_rl.engines import make_backend
-    from evoharness_rl.envs import make_env
+    from evoharness_rl.envs import env_factory
 
     backend = backend if backend is not None else make_backend(cfg)
-    pool = EnvPool(functools.partial(make_env, cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
+    pool = EnvPool(env_factory(cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
     return RolloutEngine(
         pool,
         backend,

@@ -95,13 +95,27 @@ def test_left_padded_batch_equals_single_prompts_greedy(hf_model, tokenizer):
         assert torch.allclose(torch.tensor(b.logprobs), reference, atol=1e-3)
 
 
-def test_seed_makes_sampling_reproducible(backend, tokenizer):
+def test_sampling_never_repeats_and_is_reproducible_from_the_seed(hf_model, tokenizer):
+    """One stream per backend: successive identical calls differ; a backend built alike replays the sequence."""
     requests = _requests(make_prompts(tokenizer, 3))
-    first = backend.generate(requests, SamplingSettings(max_new_tokens=12, seed=7))
-    again = backend.generate(requests, SamplingSettings(max_new_tokens=12, seed=7))
-    other = backend.generate(requests, SamplingSettings(max_new_tokens=12, seed=8))
-    assert [c.completion_ids for c in first] == [c.completion_ids for c in again]
-    assert [c.completion_ids for c in first] != [c.completion_ids for c in other]
+    settings = SamplingSettings(max_new_tokens=12, seed=7)
+
+    def calls(backend, n=2):
+        return [[c.completion_ids for c in backend.generate(requests, settings)] for _ in range(n)]
+
+    first, second = calls(HFBackend(hf_model, tokenizer, batch_size=4))
+    assert first != second  # the stream advanced: no replayed draws
+    assert calls(HFBackend(hf_model, tokenizer, batch_size=4)) == [first, second]
+    other = HFBackend(hf_model, tokenizer, batch_size=4).generate(requests, SamplingSettings(max_new_tokens=12, seed=8))
+    assert [c.completion_ids for c in other] != first
+
+
+def test_sampling_leaves_the_global_torch_generator_alone(backend, tokenizer):
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    backend.generate(_requests(make_prompts(tokenizer, 2)), SamplingSettings(max_new_tokens=4, seed=1))
+    assert torch.equal(torch.rand(3), expected)
 
 
 def test_training_mode_is_restored(hf_model, tokenizer):

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import make_prompts, teacher_forced_logprobs
 
-from evoharness_rl.engines.base import GenerationRequest, SamplingSettings
+from evoharness_rl.engines.base import GenerationRequest, SamplingSettings, SamplingStream
 from evoharness_rl.engines.hf import HFBackend
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start (~20-35 s on 2 cores) for the module
@@ -59,12 +59,28 @@ def test_greedy_matches_hf_backend(vllm_engine, hf_model, tokenizer):
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-3)
 
 
-def test_group_of_identical_prompts_gets_different_samples(vllm_engine, tokenizer):
+def test_sampling_never_repeats_and_is_reproducible_from_the_seed(vllm_engine, tokenizer):
+    """Identical prompts in one call differ, successive identical calls differ, and a fresh stream (what a
+    backend built alike starts with: the stream is its only sampling state) replays the same sequence."""
     prompts = make_prompts(tokenizer, 1) * 4
-    out = vllm_engine.generate(_requests(prompts), SamplingSettings(max_new_tokens=12, seed=5))
-    assert len({tuple(c.completion_ids) for c in out}) == 4
-    again = vllm_engine.generate(_requests(prompts), SamplingSettings(max_new_tokens=12, seed=5))
-    assert [c.completion_ids for c in again] == [c.completion_ids for c in out]
+    settings = SamplingSettings(max_new_tokens=12, seed=5)
+    vllm_engine._stream = SamplingStream()
+    first = [c.completion_ids for c in vllm_engine.generate(_requests(prompts), settings)]
+    second = [c.completion_ids for c in vllm_engine.generate(_requests(prompts), settings)]
+    assert len({tuple(ids) for ids in first}) == 4
+    assert first != second
+    vllm_engine._stream = SamplingStream()
+    assert [c.completion_ids for c in vllm_engine.generate(_requests(prompts), settings)] == first
+    assert [c.completion_ids for c in vllm_engine.generate(_requests(prompts), settings)] == second
+
+
+def test_a_request_seed_fixes_that_request_whatever_its_batch(vllm_engine, tokenizer):
+    prompts = make_prompts(tokenizer, 3)
+    settings = SamplingSettings(max_new_tokens=12, seed=5)
+    seeded = [GenerationRequest(messages=[], prompt_ids=p, seed=100 + i) for i, p in enumerate(prompts)]
+    together = [c.completion_ids for c in vllm_engine.generate(seeded, settings)]
+    alone = [vllm_engine.generate([r], settings)[0].completion_ids for r in reversed(seeded)]
+    assert together == alone[::-1]
 
 
 def test_model_generation_defaults_do_not_leak(vllm_engine, hf_model, tokenizer):
