@@ -4,6 +4,7 @@ An adapter wraps one benchmark (ALFWorld, WebShop, ...) behind five calls:
 
     env = make_env(cfg)                       # build from the env config
     task_ids = env.task_ids(split)            # fixed, documented order
+    family = env.task_family(task_id)         # the task's family without playing it
     task, result = env.reset(task_id, seed)   # -> Task, StepResult
     result = env.step(action)                 # env actions only (strings)
     env.close()
@@ -16,6 +17,7 @@ plus three grounding hooks used by the BPE harness:
 
 Rules every adapter keeps (checked by tests/envs/test_conformance.py):
 - `reset` with the same task id and seed gives the same observation and actions;
+- `task_family(task_id)` equals the family `reset(task_id)` reports;
 - an invalid or unknown action never raises: it returns a StepResult with
   `invalid=True` and feedback text in `observation`;
 - `admissible_actions` are non-empty strings without newlines (may be empty for open
@@ -85,6 +87,10 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     def task_ids(self, split: str) -> list[str]:
         """Task ids of `split` in a fixed order (sorted unless the benchmark defines one)."""
+
+    def task_family(self, task_id: str) -> str:
+        """The family of `task_id` (equal to `reset(task_id)[0].family`); adapters override it with a cheap lookup."""
+        return self.reset(task_id)[0].family
 
     @abc.abstractmethod
     def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from evoharness_rl.envs import env_names
 from evoharness_rl.errors import UserError
 
 COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model")
@@ -24,7 +25,6 @@ HARNESS_MODES = ("env_only", "always_on", "adaptive")
 CONTEXTS = ("per_turn", "accumulated")
 PROMPT_STYLES = ("paper", "compact")
 BACKENDS = ("hf", "vllm", "vllm_server", "openai", "scripted", "replay")
-ENV_NAMES = ("alfworld", "webshop", "webarena")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONSOLIDATORS = ("none", "heuristic", "openai", "self")
 EVOLVE_MODES = ("frozen", "online")
@@ -69,7 +69,7 @@ class WebShopConfig:
 class EnvConfig:
     """Which environment and how it is run."""
 
-    name: str = "alfworld"  # alfworld | webshop | webarena
+    name: str = "alfworld"  # a registered environment: alfworld | webshop (evoharness_rl.envs.register_env adds more)
     data_path: Optional[str] = None  # data root; null: the generated data under data_dir (ALFWorld: $ALFWORLD_DATA/json_2.1.1 if set)
     data_dir: str = "data"  # where `prepare` writes generated data (relative to the working directory)
     context: str = "per_turn"  # per_turn (fresh prompt each turn) | accumulated (one growing conversation)
@@ -105,7 +105,7 @@ class PolicyConfig:
     """The generation backend that turns prompts into responses."""
 
     backend: str = "hf"  # hf | vllm | vllm_server | openai | scripted | replay
-    temperature: float = 1.0  # sampling temperature (0: greedy)
+    temperature: Optional[float] = None  # sampling temperature (0: greedy); null: 1.0 for GRPO rollouts, greedy for eval, collect and validation
     top_p: float = 1.0  # nucleus sampling mass
     max_new_tokens: int = 512  # generated tokens per turn (paper: 512 ALFWorld / 1024 WebShop)
     max_prompt_tokens: int = 12288  # longer prompts keep their first system message and are cut from the left
@@ -208,13 +208,14 @@ class GRPOConfig:
     entropy_coef: float = 0.001  # entropy bonus
     adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
     loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean
+    old_logprobs: str = "sampler"  # PPO's old policy: sampler (the logprobs the backend recorded; free) | recompute (one no-grad forward of the policy over the update's samples before its first step: about a third of a training step's compute; use when the sampler's numerics differ from the trainer's, e.g. vLLM in bf16)
     horizon_curriculum: list[int] = field(default_factory=list)  # step budgets over training, e.g. [8, 10, 15]; [] = env.max_steps_train
     lora: bool = False  # train LoRA adapters instead of full parameters (reference = adapters off)
     lora_r: int = 64  # LoRA rank when grpo.lora (vllm backends: at most policy.max_lora_rank)
     lora_alpha: int = 128  # LoRA scaling when grpo.lora
-    eval_every: int = 10  # validation eval every N updates (0: never)
+    eval_every: int = 5  # greedy validation every N updates (0: never; paper: 5)
     eval_split: str = "valid_seen"  # split used for periodic validation
-    eval_limit: int = 32  # tasks in each periodic validation
+    eval_limit: int = 32  # tasks in each periodic validation, drawn from every task family of the split in turn
     save_every: int = 10  # checkpoint every N updates
     keep_checkpoints: int = 2  # newest checkpoints kept in out_dir/checkpoints (older ones are deleted; 0: keep all)
     lr_warmup_steps: int = 0  # optimizer steps of linear learning-rate warmup (0: constant lr, as in the paper)
@@ -310,7 +311,7 @@ def _fraction(name: str, value: float) -> None:
 def validate(cfg: Config) -> Config:
     """Check enums and ranges; raise ConfigError naming the field. Cheap: no heavy imports."""
     _choice("command", cfg.command, COMMANDS)
-    _choice("env.name", cfg.env.name, ENV_NAMES)
+    _choice("env.name", cfg.env.name, env_names())
     _choice("env.context", cfg.env.context, CONTEXTS)
     _choice("env.prompt_style", cfg.env.prompt_style, PROMPT_STYLES)
     _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
@@ -323,6 +324,7 @@ def validate(cfg: Config) -> Config:
     _choice("experience.evolve", cfg.experience.evolve, EVOLVE_MODES)
     _choice("logger.backend", cfg.logger.backend, LOGGERS)
     _choice("grpo.loss_agg", cfg.grpo.loss_agg, ("token_mean", "seq_mean"))
+    _choice("grpo.old_logprobs", cfg.grpo.old_logprobs, ("sampler", "recompute"))
     _choice("size", cfg.size, MODEL_SIZES)
     _choice("device", cfg.device, ("auto", "cpu", "cuda"))
     _choice("split", cfg.split, ("train", "valid_seen", "valid_unseen", "test"))
@@ -354,6 +356,13 @@ def validate(cfg: Config) -> Config:
             f"env.webshop.test_goals={cfg.env.webshop.test_goals} exceeds env.webshop.num_goals={cfg.env.webshop.num_goals}"
         )
     return cfg
+
+
+def sampling_temperature(cfg: Config, train: bool) -> float:
+    """policy.temperature, or its default: sample at 1.0 to train (GRPO rollouts), decode greedily otherwise."""
+    if cfg.policy.temperature is not None:
+        return cfg.policy.temperature
+    return 1.0 if train else 0.0
 
 
 def _get(cfg: Any, dotted: str) -> Any:

@@ -16,7 +16,6 @@ Worker start-up, imports and env construction are excluded by a warm-up round.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import random
 import statistics
@@ -25,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from evoharness_rl.config import EnvConfig
-from evoharness_rl.envs import make_env
+from evoharness_rl.envs import env_factory, make_env
 from evoharness_rl.rollout.pool import EnvPool, EnvReset, EnvStep, Finish
 
 
@@ -45,7 +44,7 @@ def pool_steps_per_s(env_cfg: EnvConfig, tasks: list[str], workers: int, episode
     so the pool stays full; cheap envs (WebShop) would otherwise run out of live episodes.
     """
     keys = [f"e{i}" for i in range(episodes)]
-    with EnvPool(functools.partial(make_env, env_cfg), workers, step_timeout_s=600) as pool:
+    with EnvPool(env_factory(env_cfg), workers, step_timeout_s=600) as pool:
         _check(pool.call([EnvReset(k, tasks[i % len(tasks)], seed) for i, k in enumerate(keys)]))  # warm-up
         rng = random.Random(seed)
         start = time.perf_counter()

@@ -18,7 +18,6 @@ Both ratios are printed side by side at the end.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import tempfile
 import time
@@ -27,7 +26,7 @@ from pathlib import Path
 
 from evoharness_rl.config import Config
 from evoharness_rl.engines.base import GenerationBackend, SamplingSettings
-from evoharness_rl.envs import make_env
+from evoharness_rl.envs import env_factory, make_env
 from evoharness_rl.rollout.engine import EpisodeJob, RolloutEngine, episode_settings
 from evoharness_rl.rollout.pool import EnvPool, EnvReset, EnvStep, Finish
 from evoharness_rl.runlog import set_progress
@@ -87,7 +86,7 @@ def bench_scripted(cfg: Config, tasks: list[str], mode: str) -> dict:
     cfg = replace(cfg, harness=replace(cfg.harness, mode=mode))
     jobs = [EpisodeJob(t, seed=cfg.seed) for t in tasks]
     settings = episode_settings(cfg, train=False)
-    pool = EnvPool(functools.partial(make_env, cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
+    pool = EnvPool(env_factory(cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
     engine = RolloutEngine(pool, ScriptedBackend(), max_live_episodes=len(jobs), harness_rate=cfg.policy.harness_rate)
     with engine:
         engine.run(jobs, settings)  # warm-up: worker imports and env instances
@@ -133,7 +132,7 @@ def bench_model(cfg: Config, tasks: list[str], backend_name: str, model: str, ar
     cfg.env.max_steps_eval = args.model_steps
     backend = Recording(make_backend(cfg))
     sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
-    pool = EnvPool(functools.partial(make_env, cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
+    pool = EnvPool(env_factory(cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
     jobs = [EpisodeJob(t, seed=cfg.seed) for t in tasks]
     with RolloutEngine(pool, backend, backend.tokenizer, sampling, cfg.policy.max_prompt_tokens, len(jobs)) as engine:
         engine.run(jobs[:2], episode_settings(cfg))  # warm-up: envs, kernels, caches

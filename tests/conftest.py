@@ -18,3 +18,10 @@ def local_openai_server(tmp_path_factory):
     model_dir = init_model("tiny", tmp_path_factory.mktemp("openai-model") / "tiny")
     with vllm_server(model_dir, tmp_path_factory.mktemp("openai-server"), ("--max-model-len", "8192")) as url:
         yield url, "tiny"
+
+
+def pytest_configure(config):
+    """Test environments join the one registry like any adapter (env.name=choice)."""
+    from evoharness_rl.envs import register_env
+
+    register_env("choice", "tests.fakes.choice:make_choice_env")

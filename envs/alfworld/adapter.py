@@ -133,6 +133,9 @@ class AlfworldEnv(Environment):
             self._task_ids[split] = sorted(str(g.relative_to(self.root)) for g in games)
         return list(self._task_ids[split])
 
+    def task_family(self, task_id: str) -> str:
+        return gamefile.read_traj_data(self.root / task_id)["task_type"]
+
     # -- episode --------------------------------------------------------------------------
 
     def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:

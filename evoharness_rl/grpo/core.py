@@ -149,7 +149,7 @@ def policy_loss(
     Masked positions never contribute a value or a gradient: log-ratios are zeroed there
     before `exp`, so garbage logprobs on padding cannot produce inf/NaN gradients.
     `denom` overrides the normaliser (see module docstring); None: this batch's own count.
-    Returns (scalar loss, stats) with stats averaged over loss tokens.
+    Returns (scalar loss, stats) with stats averaged over loss tokens (`ratio_max`: their largest ratio).
     """
     if agg not in LOSS_AGGREGATIONS:
         raise ValueError(f"agg={agg!r}; expected one of {LOSS_AGGREGATIONS}")
@@ -183,6 +183,7 @@ def policy_loss(
             "kl_ref": float(torch.where(mask, kl, zeros).sum() / n),
             "entropy": float(torch.where(mask, entropy, zeros).sum() / n) if entropy is not None else 0.0,
             "ratio_mean": float(torch.where(mask, ratio, zeros).sum() / n),
+            "ratio_max": float(torch.where(mask, ratio, zeros).max()) if mask.any() else 0.0,
             "tokens": float(mask.sum()),
         }
     return loss, stats

@@ -73,7 +73,10 @@ class Reference:
 
 def sampling_temperature(cfg) -> float:
     """The temperature rollouts sample at (greedy, T=0, is scored as T=1)."""
-    return cfg.policy.temperature if cfg.policy.temperature > 0 else 1.0
+    from evoharness_rl.config import sampling_temperature as rollout_temperature
+
+    temperature = rollout_temperature(cfg, train=True)
+    return temperature if temperature > 0 else 1.0
 
 
 def _unwrap(model):

@@ -44,9 +44,11 @@ import torch
 
 from evoharness_rl.grpo import batch as B
 from evoharness_rl.grpo import checkpoint as ckpt
+from evoharness_rl.engines.base import derive_seed
 from evoharness_rl.grpo import core
 from evoharness_rl.grpo.build import Run, setup, sharded
 from evoharness_rl.grpo.metrics import StatSums, gather_objects, memory_metrics, rollout_metrics
+from evoharness_rl.harness.protocol import HARNESS_VERBS
 from evoharness_rl.grpo.policy import sampling_temperature, token_logprobs
 
 
@@ -126,16 +128,9 @@ def seed_update(run: Run, u: int) -> None:
     """Seed python/numpy/torch and the sampler of the backend from (seed, u, rank): resumable runs repeat exactly."""
     from accelerate.utils import set_seed
 
-    seed = _derive(run.cfg.seed, u, run.accelerator.process_index)
+    seed = derive_seed(run.cfg.seed, u, run.accelerator.process_index)
     set_seed(seed)
     run.engine.sampling = replace(run.base_sampling, seed=seed)
-
-
-def _derive(*parts: int) -> int:
-    value = 0
-    for part in parts:
-        value = (value * 1_000_003 + int(part)) % (2**31 - 1)
-    return value
 
 
 def my_share(run: Run, tasks: list[str]) -> list[tuple[int, str]]:
@@ -154,8 +149,8 @@ def rollout(run: Run, tasks: list[tuple[int, str]], u: int, snapshot) -> list:
     from evoharness_rl.rollout.engine import EpisodeJob, episode_settings
 
     cfg = run.cfg
-    jobs = [EpisodeJob(task, seed=_derive(cfg.seed, u, group), group=group)
-            for group, task in tasks for _ in range(cfg.grpo.group_size)]
+    jobs = [EpisodeJob(task, seed=derive_seed(cfg.seed, u, group), group=group, sample=k)
+            for group, task in tasks for k in range(cfg.grpo.group_size)]
     settings = episode_settings(cfg, train=True, max_steps=train_horizon(cfg, u))
     return run.engine.run(jobs, settings, experience=snapshot, update_index=u)
 
@@ -218,14 +213,32 @@ def optimise(run: Run, scored: Scored, u: int) -> dict:
         if trains:
             samples.extend(B.samples_from_trajectory(traj, adv, i))
             train_ids.append(i)
+    if cfg.grpo.old_logprobs == "recompute":
+        recompute_old_logprobs(run, samples)
     for epoch in range(cfg.grpo.inner_epochs):
-        rng = random.Random(_derive(cfg.seed, u, epoch, run.accelerator.process_index))
+        rng = random.Random(derive_seed(cfg.seed, u, epoch, run.accelerator.process_index))
         for mini_batch in B.mini_batches(samples, train_ids, plan, rng):
             step = optimizer_step(run, mini_batch)
             totals.merge(step)
             if step.bad_reason:
                 return {**totals.means(run.accelerator), "bad_reason": step.bad_reason}
     return {**totals.means(run.accelerator), "bad_reason": None}
+
+
+@torch.no_grad()
+def recompute_old_logprobs(run: Run, samples: list[B.Sample]) -> None:
+    """grpo.old_logprobs=recompute: the behaviour logprobs of every sample from a forward pass of the policy as
+    it is before this update's first step (instead of the sampler's), written into the samples in place."""
+    pad_id, temperature = run.tokenizer.pad_token_id, sampling_temperature(run.cfg)
+    for rows in B.micro_batches(samples, run.plan.micro_batch_samples):
+        batch = B.collate(rows, pad_id).to(run.accelerator.device)
+        logp, _ = token_logprobs(run.model, batch, "none", temperature)  # [B, K]
+        logp = logp.cpu()
+        for row, sample in enumerate(rows):
+            n, k = len(sample.input_ids), batch.keep
+            for j in range(max(0, k - n), k):  # column j of the window is token n - k + j of the sample
+                if sample.loss_mask[n - k + j]:
+                    sample.old_logprobs[n - k + j] = float(logp[row, j])
 
 
 def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
@@ -351,6 +364,7 @@ def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, e
         "horizon": train_horizon(cfg, u),
         **rollout_metrics(run.accelerator, trajs, run.engine.stats),
         "zero_std_groups": scored.zero_std_groups,
+        **advantage_spread(run, scored),
         **{k: v for k, v in train.items() if k != "bad_reason"},
         "skipped": bool(train["bad_reason"]),
         **experience,
@@ -360,8 +374,21 @@ def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, e
     }
 
 
+def advantage_spread(run: Run, scored: Scored) -> dict:
+    """How much signal the update carries: mean |A| and the extremes over the trajectories that train."""
+    adv = [a for a, trains in zip(scored.advantages, scored.trains) if trains]
+    everything = gather_objects(run.accelerator, adv)
+    if not everything:
+        return {"adv_abs_mean": 0.0, "adv_min": 0.0, "adv_max": 0.0}
+    return {"adv_abs_mean": sum(map(abs, everything)) / len(everything), "adv_min": min(everything),
+            "adv_max": max(everything)}
+
+
 def validate(run: Run, u: int) -> dict:
-    """Greedy episodes on the first grpo.eval_limit tasks of grpo.eval_split (bank frozen)."""
+    """Greedy episodes on grpo.eval_limit tasks of grpo.eval_split, every family represented (bank frozen).
+
+    Logs the overall rates as `val/<metric>` and each family's success as `val/success/<family>`.
+    """
     from evoharness_rl.rollout.engine import EpisodeJob, episode_settings
 
     if not run.eval_tasks:
@@ -373,7 +400,14 @@ def validate(run: Run, u: int) -> dict:
     trajs = run.engine.run(jobs, episode_settings(run.cfg, train=False), experience=snapshot, update_index=u)
     metrics = rollout_metrics(run.accelerator, trajs, run.engine.stats)
     keep = ("episodes", "success_rate", "steps_per_episode", "harness_calls_per_episode", "invalid_rate")
-    return {f"val/{k}": metrics[k] for k in keep}
+    out = {f"val/{k}": metrics[k] for k in keep}
+    for verb in HARNESS_VERBS:
+        out[f"val/harness/{verb}_per_episode"] = metrics[f"harness/{verb}_per_episode"]
+    outcomes = gather_objects(run.accelerator, [(t.family, bool(t.won)) for t in trajs if t.error is None])
+    for family in sorted({f for f, _ in outcomes}):
+        won = [w for f, w in outcomes if f == family]
+        out[f"val/success/{family}"] = sum(won) / len(won)
+    return out
 
 
 def save(run: Run) -> Path:

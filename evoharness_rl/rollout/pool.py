@@ -1,6 +1,6 @@
 """Environment worker pool: N processes, each hosting many live episodes at once.
 
-    with EnvPool(functools.partial(make_env, cfg.env), num_workers=2, step_timeout_s=60) as pool:
+    with EnvPool(env_factory(cfg.env), num_workers=2, step_timeout_s=60) as pool:
         pool.set_experience(snapshot)              # pickled once, shipped once to each worker
         replies = pool.call([Reset("a", task_id, seed, settings), Reset("b", ...)])
         replies = pool.call([Step("a", response), Teacher("a", 0.5), Step("b", ...)])
@@ -328,7 +328,7 @@ class EnvPool:
         except Exception as err:  # noqa: BLE001
             raise TypeError(
                 f"env_factory must be picklable to reach worker processes ({err}); "
-                "use a module-level function or functools.partial(make_env, env_cfg)"
+                "use a module-level function or evoharness_rl.envs.env_factory(env_cfg)"
             ) from err
         self.env_factory = env_factory
         self.num_workers = num_workers

@@ -3,7 +3,7 @@
     check_conformance(make_env, split)
 
 `make_env` builds a fresh adapter; `split` names a split with at least one task. The
-check covers: task ids (non-empty strings, same order every call), reset determinism
+check covers: task ids (non-empty strings, same order every call), task_family, reset determinism
 under a seed (same env and a fresh one), Task and StepResult fields, well-formed
 admissible actions, invalid actions answered with `invalid=True` instead of an
 exception (the env stays usable), JSON-serialisable info, and an idempotent close.
@@ -52,6 +52,7 @@ def check_conformance(make_env: Callable[[], Environment], split: str) -> None:
         task, first = env.reset(ids[0], seed=0)
         assert isinstance(task, Task) and task.task_id == ids[0]
         assert task.family and task.objective, "Task needs a family and an objective"
+        assert env.task_family(ids[0]) == task.family, "task_family must equal the family reset reports"
         json.dumps(task.info)
         _check_result(first, "reset")
         assert not first.done, "an episode must not be over right after reset"

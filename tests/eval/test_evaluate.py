@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from fake_eval import fake_config, fake_engine, run
 
+from evoharness_rl.errors import UserError
 from evoharness_rl.eval.evaluate import evaluate, fingerprint, summarize
 from evoharness_rl.rollout.trajectory import Trajectory
 
@@ -57,9 +58,22 @@ def test_rerun_skips_recorded_episodes_and_replays_errored_ones(tmp_path):
     second = evaluate(cfg, engine=engine)
     assert second["errors"] == 0 and second["episodes"] == 6
     assert len(backend.batch_sizes) > 0 and max(backend.batch_sizes) == 1  # only the errored episode was played
-    # another config (fingerprint) plays everything again
-    third = evaluate(fake_config(tmp_path, limit=3, **{"harness.mode": "env_only"}), engine=fake_engine())
+    # another config (fingerprint) into the same out_dir is refused in one line, naming what differs
+    before = {p.name: p.read_bytes() for p in (tmp_path / "trajectories").iterdir()}
+    with pytest.raises(UserError) as refused:
+        evaluate(fake_config(tmp_path, limit=3, **{"harness.mode": "env_only"}), engine=fake_engine())
+    assert "harness.mode" in str(refused.value) and "\n" not in str(refused.value)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "trajectories").iterdir()} == before
+    third = evaluate(fake_config(tmp_path / "other", limit=3, **{"harness.mode": "env_only"}), engine=fake_engine())
     assert third["fingerprint"] != second["fingerprint"] and third["harness_calls_per_episode"] == 0
+
+
+def test_decoding_settings_are_part_of_the_fingerprint(tmp_path):
+    hf = {"policy.backend": "hf", "model.path": str(tmp_path)}
+    greedy = fingerprint(fake_config(tmp_path, **hf), "", "1")
+    assert fingerprint(fake_config(tmp_path, **hf, **{"policy.temperature": 0.0}), "", "1") == greedy  # the default
+    for knob, value in (("policy.temperature", 1.0), ("policy.top_p", 0.9), ("policy.max_new_tokens", 7)):
+        assert fingerprint(fake_config(tmp_path, **hf, **{knob: value}), "", "1") != greedy, knob
 
 
 def test_fingerprint_ignores_worker_counts_but_not_policy(tmp_path):

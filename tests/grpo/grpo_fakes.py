@@ -107,41 +107,10 @@ class CountTeacher(Teacher):
 
 def warm_start(model_dir: Path, out_dir: Path, steps: int = 50, seed: int = 0) -> Path:
     """A few SFT steps on real episode prompts with a mixture of responses; saved to `out_dir`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from tests.fakes.policy import warm_start as shared_warm_start
 
-    from evoharness_rl.rollout.episode import Episode, EpisodeSettings
-
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    env, rng = CountEnv(), random.Random(seed)
-    prompts = []
-    for task_id in env.task_ids("train"):
-        for mode in ("adaptive", "env_only"):
-            episode = Episode(env, EpisodeSettings(mode=mode, max_steps=4))
-            episode.reset(task_id)
-            prompts.append(tok.apply_chat_template(episode.prompt(), add_generation_prompt=True, tokenize=False))
-    torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    model.train()
-    for _ in range(steps):
-        ids, labels = [], []
-        for _ in range(8):
-            prompt = tok(rng.choice(prompts), add_special_tokens=False)["input_ids"]
-            answer = tok(rng.choice(RESPONSES) + "<|im_end|>", add_special_tokens=False)["input_ids"]
-            ids.append(prompt + answer)
-            labels.append([-100] * len(prompt) + answer)
-        width = max(map(len, ids))
-        input_ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
-        label_ids = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
-        attention = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])
-        loss = model(input_ids=input_ids, attention_mask=attention, labels=label_ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.save_pretrained(out_dir)
-    tok.save_pretrained(out_dir)
-    return out_dir
+    return shared_warm_start(model_dir, out_dir, CountEnv(), RESPONSES, modes=("adaptive", "env_only"), steps=steps,
+                             seed=seed)
 
 
 # ------------------------------------------------------------------------------ configs

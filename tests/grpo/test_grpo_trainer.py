@@ -27,7 +27,7 @@ COMPONENTS = (
     "success_rate", "reward/r_grpo", "reward/r_div", "reward/r_eff", "reward/total", "lambda_div",
     "harness_calls_per_episode", "harness/track_per_episode", "harness/commit_per_episode",
     "harness/recall_per_episode", "harness/note_per_episode", "invalid_rate", "repeat_rate", "kl_ref", "entropy",
-    "clip_frac", "approx_kl", "ratio_mean", "grad_norm", "train_tokens_per_s", "rollout_tokens_per_s", "rollout_s",
+    "clip_frac", "approx_kl", "ratio_mean", "ratio_max", "adv_abs_mean", "adv_min", "adv_max", "grad_norm", "train_tokens_per_s", "rollout_tokens_per_s", "rollout_s",
     "train_s", "rss_gb", "zero_std_groups", "errors",
 )
 
@@ -58,11 +58,27 @@ def test_grpo_hf_end_to_end(warm_model_dir, tmp_path):
     for row in rows:
         missing = [k for k in COMPONENTS if k not in row]
         assert not missing, f"metrics lack {missing}"
-        assert row["episodes"] == 8 and row["optimizer_steps"] == 2 and not row["skipped"]
+        assert row["episodes"] == 8 and not row["skipped"]
+        assert row["optimizer_steps"] == (0 if row["zero_std_groups"] == 2 else 2)  # no signal, no step
     assert [r["lambda_div"] for r in rows] == pytest.approx([lambda_div(u, 1.0, 4) for u in (0, 1)])
     assert "val/success_rate" in rows[1] and rows[1]["val/episodes"] == 2
+    assert {"val/success/a", "val/success/b"} <= rows[1].keys()  # stratified: both families of the split
     assert (final / "bank.json").exists() and (final / "tokenizer.json").exists()
     assert [p.name for p in ckpt.list_checkpoints(tmp_path / "run")] == ["update_000001", "update_000002"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("old_logprobs, limit", [("sampler", 1e-3), ("recompute", 1e-6)])
+def test_first_mini_batch_sees_the_policy_that_sampled(warm_model_dir, tmp_path, old_logprobs, limit):
+    """One mini-batch, one step: the ratios compare the trainer's logprobs with the behaviour logprobs of the
+    same weights -- recorded by the sampler, or recomputed -- so the approximate KL is (close to) zero."""
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1, mini_batch_trajectories=8,
+                      old_logprobs=old_logprobs)
+    run_grpo(cfg, env_factory=envs)
+    (row,) = read_metrics(tmp_path / "run")
+    assert row["optimizer_steps"] == 1 and abs(row["approx_kl"]) <= limit
+    assert row["ratio_max"] == pytest.approx(1.0, abs=0.05 if old_logprobs == "sampler" else 1e-5)
+    assert row["adv_min"] < 0 < row["adv_max"] and row["adv_abs_mean"] > 0
 
 
 @pytest.mark.slow
