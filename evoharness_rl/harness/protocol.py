@@ -8,6 +8,14 @@ A response is classified as exactly one of:
 - **invalid** (`ActionKind.INVALID`): no action could be read; `reason` is shown to the
   policy as feedback and the step still counts against the budget.
 
+Harness grammar (paper Appendix L): the verb (any case), optional whitespace, then a
+non-empty argument in square brackets, and nothing after it: `recall [where to find egg]`,
+`recall[x]`, `RECALL [x]`. No environment action starts with a verb as its first word
+(`tracker [x]`, `noted` are env actions), so an action whose first word is a verb but
+which breaks the grammar (`recall where is egg`, `note: x`, `track []`, `track [ ]`,
+`recall [x`) was meant as a harness call and is invalid, with a reason that shows the
+right form; it is never passed to the environment.
+
 Two response formats (chosen by the environment's spec):
 
 - `tags` (ALFWorld, WebShop): `<think>...</think><action>ACTION</action>`. The
@@ -39,10 +47,11 @@ _ACTION_BLOCK = re.compile(r"<\s*action\s*>(.*?)<\s*/\s*action\s*>", re.IGNORECA
 _ACTION_OPEN = re.compile(r"<\s*action\s*>([^\n<]*)", re.IGNORECASE)
 _THINK_BLOCK = re.compile(r"<\s*think\s*>(.*?)(?:<\s*/\s*think\s*>|$)", re.IGNORECASE | re.DOTALL)
 _FENCED = re.compile(r"```[ \t]*(?:[a-zA-Z_-]*[ \t]*\n)?(.*?)```", re.DOTALL)
-_HARNESS = re.compile(
-    r"^(?P<verb>track|commit|recall|note)\s*(?:\[(?P<arg>.*)\]|:\s*(?P<colon>.*)|\s(?P<bare>.*))?$",
-    re.IGNORECASE | re.DOTALL,
-)
+_HARNESS = re.compile(r"^(?P<verb>track|commit|recall|note)\s*\[(?P<arg>.*)\]$", re.IGNORECASE | re.DOTALL)
+# The first word is a verb (followed by anything but a letter, digit or `_`): a harness call, well formed or not.
+_VERB_FIRST = re.compile(r"^(?P<verb>track|commit|recall|note)\b", re.IGNORECASE)
+_VERB_USAGE = {"track": "track [object]", "commit": "commit [subgoal]", "recall": "recall [query]",
+               "note": "note [insight]"}
 
 
 class ActionKind(str, Enum):
@@ -133,16 +142,16 @@ def parse_response(
         raise ValueError(f"unknown action_format {action_format!r}; expected 'tags' or 'fenced'")
     if action is None:
         return invalid(error or "no action found", think)
-    match = _HARNESS.match(action)
-    if match:
-        verb = match.group("verb").lower()
-        arg = match.group("arg") if match.group("arg") is not None else match.group("colon") or match.group("bare") or ""
-        arg = " ".join(arg.split()).strip("[]'\" ")[:MAX_ARGUMENT_CHARS]
+    first = _VERB_FIRST.match(action)
+    if first:
+        verb = first.group("verb").lower()
         if verb not in enabled_verbs:
             allowed = ", ".join(enabled_verbs) if enabled_verbs else "none in this mode"
             return invalid(f"harness action '{verb}' is not available (harness actions: {allowed})", think)
-        if not arg and verb != "track":
-            return invalid(f"'{verb}' needs an argument, e.g. {verb} [...]", think)
+        match = _HARNESS.match(action)
+        arg = " ".join(match.group("arg").split()).strip("[]'\" ")[:MAX_ARGUMENT_CHARS] if match else ""
+        if not arg:
+            return invalid(f"harness calls need a non-empty argument in brackets: {_VERB_USAGE[verb]}", think)
         return ParsedAction(ActionKind.HARNESS, action=arg, verb=verb, think=think)
     if len(action) > MAX_ACTION_CHARS:
         return invalid(f"action is {len(action)} characters long; at most {MAX_ACTION_CHARS} allowed", think)
@@ -157,10 +166,6 @@ def format_response(action_format: str, think: str, action: str) -> str:
 
 
 # ------------------------------------------------------------------- compact prompts
-
-_VERB_USAGE = {"track": "track [object]", "commit": "commit [subgoal]", "recall": "recall [query]",
-               "note": "note [insight]"}
-
 
 def compact_system_prompt(action_format: str, actions_label: str, verbs: tuple[str, ...] = ()) -> str:
     """A few-line system prompt for small local models (`env.prompt_style=compact`).

@@ -9,6 +9,7 @@ from evoharness_rl.harness.protocol import (
     HARNESS_VERBS,
     MAX_ACTION_CHARS,
     ActionKind,
+    format_response,
     parse_response,
 )
 
@@ -38,14 +39,14 @@ HAND_WRITTEN = [
     ("<action>", INVALID, None),
     ("</action>go to shelf 1<action>", INVALID, None),
     ("<action>track [mug]</action>", HARNESS, "track"),
-    ("<action>track</action>", HARNESS, "track"),
+    ("<action>track</action>", INVALID, None),
     ("<action>TRACK [mug]</action>", HARNESS, "track"),
     ("<action>commit [find the mug]</action>", HARNESS, "commit"),
     ("<action>commit []</action>", INVALID, None),
     ("<action>commit</action>", INVALID, None),
     ("<action>recall [where to find mug]</action>", HARNESS, "recall"),
-    ("<action>recall: where to find mug</action>", HARNESS, "recall"),
-    ("<action>recall where to find mug</action>", HARNESS, "recall"),
+    ("<action>recall: where to find mug</action>", INVALID, None),
+    ("<action>recall where to find mug</action>", INVALID, None),
     ("<action>note [mugs are often in cabinets]</action>", HARNESS, "note"),
     ("<action>note [[nested] brackets]</action>", HARNESS, "note"),
     ("<action>note []</action>", INVALID, None),
@@ -104,6 +105,56 @@ def test_fenced(response, kind, expected):
         assert parsed.action == expected
     if kind is HARNESS:
         assert parsed.verb == expected
+
+
+# Harness grammar (paper Appendix L): verb [non-empty argument]. (action, kind, (verb, argument) or the
+# right form the reason must show).
+GRAMMAR = [
+    ("commit [pick mug]", HARNESS, ("commit", "pick mug")),
+    ("recall [where to find egg]", HARNESS, ("recall", "where to find egg")),
+    ("RECALL [x]", HARNESS, ("recall", "x")),
+    ("Note [Mugs Are In Cabinets]", HARNESS, ("note", "Mugs Are In Cabinets")),
+    ("recall[x]", HARNESS, ("recall", "x")),
+    ("track   [  egg   1 ]", HARNESS, ("track", "egg 1")),
+    ("note [[nested] brackets]", HARNESS, ("note", "nested] brackets")),
+    ("recall where is egg", INVALID, "recall [query]"),
+    ("note: x", INVALID, "note [insight]"),
+    ("note : x", INVALID, "note [insight]"),
+    ("track []", INVALID, "track [object]"),
+    ("track [ ]", INVALID, "track [object]"),
+    ("track ['']", INVALID, "track [object]"),
+    ("track", INVALID, "track [object]"),
+    ("commit", INVALID, "commit [subgoal]"),
+    ("recall [x", INVALID, "recall [query]"),
+    ("recall [x] and then go to shelf 1", INVALID, "recall [query]"),
+    ("commit (pick mug)", INVALID, "commit [subgoal]"),
+    ("COMMIT: pick mug", INVALID, "commit [subgoal]"),
+    ("track-egg", INVALID, "track [object]"),
+    ("tracker [mug]", ENV, "tracker [mug]"),
+    ("notes [x]", ENV, "notes [x]"),
+    ("go to shelf 1", ENV, "go to shelf 1"),
+    ("take note 1 from desk 2", ENV, "take note 1 from desk 2"),
+    ("search[recall where is egg]", ENV, "search[recall where is egg]"),
+]
+
+
+@pytest.mark.parametrize("action,kind,expected", GRAMMAR)
+@pytest.mark.parametrize("action_format", ["tags", "fenced"])
+def test_harness_grammar_is_strict(action, kind, expected, action_format):
+    parsed = parse_response(format_response(action_format, "why", action), action_format)
+    assert parsed.kind is kind, parsed
+    if kind is HARNESS:
+        assert (parsed.verb, parsed.action) == expected
+    elif kind is ENV:
+        assert parsed.action == expected
+    else:
+        # one line that shows the right form of the verb the model tried
+        assert "\n" not in parsed.reason and "brackets" in parsed.reason and expected in parsed.reason
+
+
+def test_a_near_miss_of_a_disabled_verb_says_it_is_not_available():
+    parsed = parse_response("<action>recall where is egg</action>", "tags", enabled_verbs=("commit",))
+    assert parsed.kind is INVALID and "not available" in parsed.reason
 
 
 def test_disabled_verbs_are_invalid_with_a_reason_naming_them():
@@ -170,8 +221,6 @@ def test_every_format_survives_pathological_inputs():
 
 @pytest.mark.parametrize("action_format", ["tags", "fenced"])
 def test_format_response_round_trips_through_the_parser(action_format):
-    from evoharness_rl.harness.protocol import format_response
-
     parsed = parse_response(format_response(action_format, "the key is in box 2", "open box 2"), action_format, ())
     assert parsed.kind is ActionKind.ENV and parsed.action == "open box 2"
     harness = parse_response(format_response(action_format, "plan", "commit [find key]"), action_format, ("commit",))
