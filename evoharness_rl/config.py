@@ -105,7 +105,7 @@ class PolicyConfig:
     """The generation backend that turns prompts into responses."""
 
     backend: str = "hf"  # hf | vllm | vllm_server | openai | scripted | replay
-    temperature: Optional[float] = None  # sampling temperature (0: greedy); null: 1.0 for GRPO rollouts, greedy for eval, collect and validation
+    temperature: float = 0.0  # eval / collect decoding temperature (0: greedy); GRPO rollouts use grpo.temperature, its validation is greedy
     top_p: float = 1.0  # nucleus sampling mass
     max_new_tokens: int = 512  # generated tokens per turn (paper: 512 ALFWorld / 1024 WebShop)
     max_prompt_tokens: int = 12288  # longer prompts keep their first system message and are cut from the left
@@ -200,6 +200,7 @@ class GRPOConfig:
     mini_batch_trajectories: int = 128  # trajectories per optimizer step (global); must divide prompts*group
     micro_batch_samples: int = 8  # training rows per forward/backward pass per process
     inner_epochs: int = 1  # passes over each update's rollouts
+    temperature: float = 1.0  # sampling temperature of the rollouts (the loss scores tokens at it); must be > 0
     learning_rate: float = 1e-6  # actor AdamW learning rate
     weight_decay: float = 0.01  # AdamW weight decay
     max_grad_norm: float = 1.0  # gradient clipping
@@ -349,6 +350,8 @@ def validate(cfg: Config) -> Config:
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction"):
         _fraction(name, _get(cfg, name))
+    if cfg.grpo.temperature <= 0:
+        raise ConfigError(f"grpo.temperature={cfg.grpo.temperature!r} must be > 0: GRPO needs sampled, varied groups")
     for budget in cfg.grpo.horizon_curriculum:
         _positive("grpo.horizon_curriculum[]", budget)
     if cfg.env.webshop.test_goals > cfg.env.webshop.num_goals:
@@ -359,10 +362,8 @@ def validate(cfg: Config) -> Config:
 
 
 def sampling_temperature(cfg: Config, train: bool) -> float:
-    """policy.temperature, or its default: sample at 1.0 to train (GRPO rollouts), decode greedily otherwise."""
-    if cfg.policy.temperature is not None:
-        return cfg.policy.temperature
-    return 1.0 if train else 0.0
+    """GRPO rollouts (`train`) sample at grpo.temperature; eval and collect decode at policy.temperature."""
+    return cfg.grpo.temperature if train else cfg.policy.temperature
 
 
 def _get(cfg: Any, dotted: str) -> Any:

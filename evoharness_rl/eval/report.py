@@ -11,6 +11,10 @@
   a seen-vs-unseen table pairs them (rows keyed by env, policy, model, harness mode).
 - Every run directory with a GRPO `metrics.jsonl` gets a plot of success rate and
   harness calls per episode over updates; each split's table gets a per-family bar chart.
+- All GRPO runs together get the learning-dynamics panels (`dynamics.png`: validation
+  success, harness calls by verb, episode length and Experience operations per
+  consolidation cycle, against the update) and a table of the updates each needed to
+  reach validation-success thresholds (paper Fig. 8, 3 and 5).
 
 Plots are written next to `report.md` in `out_dir` (when given) and linked from it.
 """
@@ -195,6 +199,72 @@ def plot_families(env: str, split: str, runs: list[dict], out_dir: Path) -> Opti
     return path
 
 
+# ------------------------------------------------------------------------ learning dynamics
+
+DYNAMICS = (  # (title, [(metrics key, legend)], scale) -- one panel each, every GRPO run a line
+    ("validation success (%)", [("val/success_rate", "")], 100.0),
+    ("harness calls / episode by verb", [(f"harness/{v}_per_episode", v) for v in ("track", "commit", "recall",
+                                                                                  "note")], 1.0),
+    ("episode length (steps)", [("steps_per_episode", "")], 1.0),
+    ("Experience operations / cycle", [(f"experience/{op}", op) for op in ("add", "update", "archive", "skip")],
+     1.0),
+)
+THRESHOLDS = (0.3, 0.5)  # validation success rates for the updates-to-threshold table
+
+
+def _training_runs(runs: list[dict]) -> list[dict]:
+    return [r for r in runs if any(_has_curves(m) for m in r["metrics"])]
+
+
+def _series(run: dict, key: str) -> list[tuple[float, float]]:
+    return [(m["step"], m[key]) for m in run["metrics"] if m.get(key) is not None]
+
+
+def updates_to_threshold(runs: list[dict]) -> Optional[str]:
+    """Markdown: the first update whose validation success reaches each threshold (paper Fig. 8's table)."""
+    runs = [r for r in _training_runs(runs) if _series(r, "val/success_rate")]
+    if not runs:
+        return None
+    header = ["Run", "first val.", "best val."] + [f"updates to {100 * t:.0f}%" for t in THRESHOLDS]
+    lines = [_row(header), _row(["---"] * len(header))]
+    for run in runs:
+        points = _series(run, "val/success_rate")
+        reached = [next((str(int(u) + 1) for u, v in points if v >= t), "not reached") for t in THRESHOLDS]
+        lines.append(_row([run["name"], _pct(points[0][1]), _pct(max(v for _, v in points))] + reached))
+    return "\n".join(lines)
+
+
+def plot_dynamics(runs: list[dict], out_dir: Path) -> Optional[Path]:
+    """The paper's learning-dynamics panels (Fig. 8, 3, 5 and episode length), every GRPO run overlaid."""
+    runs = _training_runs(runs)
+    if not runs:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(DYNAMICS), figsize=(4.2 * len(DYNAMICS), 3.6))
+    for ax, (title, keys, scale) in zip(axes, DYNAMICS):
+        for run in runs:
+            for key, legend in keys:
+                points = _series(run, key)
+                if points:
+                    label = " ".join(x for x in (run["name"] if len(runs) > 1 else "", legend) if x) or run["name"]
+                    ax.plot([u + 1 for u, _ in points], [scale * v for _, v in points], marker="o", markersize=3,
+                            label=label)
+        ax.set_xlabel("update")
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = out_dir / "dynamics.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # ---------------------------------------------------------------------------------- report
 
 
@@ -222,6 +292,10 @@ def report(run_dirs: list[str | Path], out_dir: Optional[str | Path] = None) -> 
     for run in runs:
         if target is not None and (png := plot_training(run, target)):
             sections += ["", f"## Training: {run['name']}", "", f"![{run['name']} training]({png.name})"]
+    if target is not None and (png := plot_dynamics(runs, target)):
+        sections += ["", "## Learning dynamics", "", f"![learning dynamics]({png.name})"]
+    if thresholds := updates_to_threshold(runs):
+        sections += ["", "## Updates to validation-success thresholds", "", thresholds]
     text = "\n".join(sections) + "\n"
     if target is not None:
         atomic_write_text(target / REPORT_FILE, text)

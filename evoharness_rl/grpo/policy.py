@@ -5,7 +5,7 @@
 - Reference: the same SFT checkpoint, frozen. With LoRA it is the policy itself with its
   adapters disabled (no second copy in memory); otherwise a second, frozen load.
 - Logprobs are those of the sampling distribution, log_softmax(logits / T) with T =
-  policy.temperature -- the quantity the rollout backends record -- so the PPO ratio
+  grpo.temperature -- the quantity the rollout backends record -- so the PPO ratio
   starts at 1 (up to kernel differences). With policy.top_p < 1 the backends record the
   nucleus-renormalised logprobs, which no teacher-forced pass reproduces; keep top_p = 1
   for training.
@@ -72,11 +72,8 @@ class Reference:
 
 
 def sampling_temperature(cfg) -> float:
-    """The temperature rollouts sample at (greedy, T=0, is scored as T=1)."""
-    from evoharness_rl.config import sampling_temperature as rollout_temperature
-
-    temperature = rollout_temperature(cfg, train=True)
-    return temperature if temperature > 0 else 1.0
+    """The temperature rollouts sample at, which the loss scores tokens at."""
+    return cfg.grpo.temperature
 
 
 def _unwrap(model):

@@ -66,6 +66,8 @@ def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
     try:
         if run.state.update:
             sync_weights(run, run.state.update)  # resumed: a vLLM engine starts from model.path, not the checkpoint
+        elif cfg.grpo.eval_every:
+            run.log.metrics(step=-1, update=-1, **validate(run, -1))  # the starting point of the validation curve
 
         for u in progress(range(run.state.update, cfg.grpo.updates), description="grpo updates"):
             train_update(run, u)
@@ -92,7 +94,7 @@ def train_update(run: Run, u: int) -> dict:
     train = optimise(run, scored, u)  # inner epochs x mini-batches of AdamW steps
     clock.lap("train_s")
     sync_weights(run, u)
-    experience = consolidate(run, trajs, u)
+    experience = consolidate(run, trajs)
     clock.lap("sync_consolidate_s")
 
     run.state.update = u + 1
@@ -323,7 +325,7 @@ def sync_weights(run: Run, u: int) -> None:
     backend.update_weights(str(path))
 
 
-def consolidate(run: Run, trajs: list, u: int) -> dict:
+def consolidate(run: Run, trajs: list) -> dict:
     """Fold the whole batch (all processes) into the bank once; every process gets the new bank."""
     if run.bank is None:
         return {}
@@ -332,7 +334,8 @@ def consolidate(run: Run, trajs: list, u: int) -> dict:
     everything = gather_objects(run.accelerator, [_lean(t) for t in trajs])
     metrics: dict = {}
     if run.accelerator.is_main_process:
-        report = consolidate_batch(run.bank, everything, run.consolidator, update_index=u + 1)
+        # the bank counts its own consolidation cycles (it may arrive from collect with some already done)
+        report = consolidate_batch(run.bank, everything, run.consolidator, update_index=run.bank.update_index + 1)
         metrics = report.metrics()
     if run.accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list
@@ -397,7 +400,7 @@ def validate(run: Run, u: int) -> dict:
     jobs = [EpisodeJob(task, seed=0, group=i) for i, task in enumerate(run.eval_tasks) if i % W == rank]
     run.engine.sampling = replace(run.base_sampling, temperature=0.0, seed=0)
     snapshot = run.bank.snapshot() if run.bank is not None else None
-    trajs = run.engine.run(jobs, episode_settings(run.cfg, train=False), experience=snapshot, update_index=u)
+    trajs = run.engine.run(jobs, episode_settings(run.cfg, train=False), experience=snapshot, update_index=max(u, 0))
     metrics = rollout_metrics(run.accelerator, trajs, run.engine.stats)
     keep = ("episodes", "success_rate", "steps_per_episode", "harness_calls_per_episode", "invalid_rate")
     out = {f"val/{k}": metrics[k] for k in keep}

@@ -85,3 +85,21 @@ def test_cli_report_writes_markdown_and_plots(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "evoharness_rl", "report", f"runs=[{tmp_path / 'nope'}]",
                               f"out_dir={out}"], capture_output=True, text=True, timeout=120)
     assert missing.returncode == 1 and "does not exist" in missing.stderr
+
+
+def test_learning_dynamics_of_two_grpo_runs(tmp_path):
+    """Two runs (e.g. adaptive vs env_only): one overlaid dynamics figure and the updates-to-threshold table."""
+    def metrics(val: list[float]) -> list[dict]:
+        rows = [{"step": u, "success_rate": 0.1 * u, "steps_per_episode": 20 - u, "harness/recall_per_episode": 1.0,
+                 "experience/add": 3.0 - u, "experience/update": float(u)} for u in range(len(val))]
+        for u, v in enumerate(val):
+            rows.append({"step": u, "val/success_rate": v})
+        return rows
+
+    adaptive = _write(tmp_path, "adaptive", metrics=metrics([0.2, 0.35, 0.55]))
+    env_only = _write(tmp_path, "env_only", metrics=metrics([0.1, 0.2, 0.32]))
+    text = report([adaptive, env_only], tmp_path / "report")
+    assert (tmp_path / "report" / "dynamics.png").stat().st_size > 1000 and "](dynamics.png)" in text
+    lines = text.splitlines()
+    assert "| adaptive | 20.0 | 55.0 | 2 | 3 |" in lines  # 30% first reached after update 2, 50% after 3
+    assert "| env_only | 10.0 | 32.0 | 3 | not reached |" in lines

@@ -126,7 +126,7 @@ def tiny_config(model_dir, out_dir, **grpo):
     cfg.model.path = str(model_dir)
     cfg.env.max_steps_train, cfg.env.max_steps_eval, cfg.env.num_workers = 4, 4, 1
     cfg.policy.backend, cfg.policy.max_new_tokens, cfg.policy.max_prompt_tokens = "hf", 24, 1024
-    cfg.policy.temperature, cfg.policy.batch_size = 1.0, 16
+    cfg.policy.batch_size = 16
     cfg.experience.consolidator = "heuristic"
     cfg.logger.progress = False
     cfg.reward.anneal_updates = 4

@@ -53,7 +53,8 @@ def test_grpo_hf_end_to_end(warm_model_dir, tmp_path):
     final = run_grpo(cfg, env_factory=envs)
 
     assert _changed(_weights(warm_model_dir), _weights(final))  # parameters moved
-    rows = read_metrics(tmp_path / "run")
+    baseline, *rows = read_metrics(tmp_path / "run")
+    assert baseline["update"] == -1 and baseline["val/episodes"] == 2  # validation before the first update
     assert [r["update"] for r in rows] == [0, 1]
     for row in rows:
         missing = [k for k in COMPONENTS if k not in row]
