@@ -12,12 +12,13 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
         AdamW step (grad clip)
     sync the new weights to the rollout backend
     consolidate the batch's trajectories and notes into the bank (once, after the batch)
-    log; every eval_every updates validate (greedy); every save_every updates checkpoint
+    log; every eval_every updates validate (greedy, every task family); every save_every updates checkpoint
 
 What it simplifies: the reference is the SFT checkpoint for the whole run (no refresh);
-the old policy is the *sampling* policy (ratios use the backend's recorded logprobs, so
-there is no extra forward pass before training, and vLLM/HF numerical differences show
-up as ratios != 1 rather than being hidden); trajectories the infrastructure failed
+the old policy is by default the *sampling* policy (ratios use the backend's recorded
+logprobs, so there is no extra forward pass before training, and vLLM/HF numerical
+differences show up as ratios != 1 rather than being hidden; `grpo.old_logprobs=recompute`
+pays one no-grad forward to recompute them instead); trajectories the infrastructure failed
 (`Trajectory.error`) are dropped, and a group is standardised over its remaining members.
 Groups whose rewards are all equal carry no signal: they are left out of the loss entirely
 (no policy, KL or entropy gradient) and counted in `zero_std_groups`.
@@ -42,14 +43,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from evoharness_rl.engines.base import derive_seed
 from evoharness_rl.grpo import batch as B
 from evoharness_rl.grpo import checkpoint as ckpt
-from evoharness_rl.engines.base import derive_seed
 from evoharness_rl.grpo import core
 from evoharness_rl.grpo.build import Run, setup, sharded
 from evoharness_rl.grpo.metrics import StatSums, gather_objects, memory_metrics, rollout_metrics
-from evoharness_rl.harness.protocol import HARNESS_VERBS
 from evoharness_rl.grpo.policy import sampling_temperature, token_logprobs
+from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 
 # -------------------------------------------------------------------------- entry point

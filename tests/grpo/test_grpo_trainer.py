@@ -266,7 +266,8 @@ def test_cli_grpo_sweep_on_real_alfworld_games(tiny_model_dir, tmp_path):
                          env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
     for job, lambda_eff in (("0", "0.0"), ("1", "1.0")):
-        (row,) = read_metrics(sweep / job)
+        baseline, row = read_metrics(sweep / job)  # validation before the first update, then update 0
+        assert baseline["update"] == -1 and "val/success_rate" in baseline
         assert row["episodes"] == 4 and row["errors"] == 0 and "val/success_rate" in row
         assert all(k in row for k in COMPONENTS)
         assert f"lambda_eff: {lambda_eff}" in (sweep / job / "config.yaml").read_text()
