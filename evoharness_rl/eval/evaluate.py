@@ -76,8 +76,9 @@ def eval_jobs(tasks: list[str], episodes_per_task: int, seed: int) -> list[Episo
 
 
 def record_path(root: Path, job: EpisodeJob, base_seed: int) -> Path:
-    """Stable file name of one episode's record: readable task slug + hash + episode number."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job.task_id).strip("_")[-80:]
+    """Stable file name of one episode's record: the task slug's first 80 characters (readable: split and family
+    come first) + a hash of the whole task id (unique) + the episode number."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", job.task_id).strip("_")[:80]
     digest = hashlib.sha1(job.task_id.encode()).hexdigest()[:8]
     return root / f"{slug}-{digest}-ep{job.seed - base_seed}.json"
 

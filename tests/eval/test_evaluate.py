@@ -142,3 +142,13 @@ def test_online_evolution_consolidates_per_window_and_resumes(tmp_path):
     for bank in banks:
         resumed_bank = json.loads((out / "experience" / bank.name).read_text())
         assert resumed_bank["entries"] == json.loads(bank.read_text())["entries"]
+
+
+def test_record_names_keep_the_start_of_the_task_id_and_stay_unique(tmp_path):
+    from evoharness_rl.eval.evaluate import record_path
+    from evoharness_rl.rollout.engine import EpisodeJob
+
+    long_a = "valid_seen/pick_and_place_simple-" + "x" * 100 + "/trial_1"
+    long_b = "valid_seen/pick_and_place_simple-" + "x" * 100 + "/trial_2"
+    a, b = (record_path(tmp_path, EpisodeJob(t, seed=3), base_seed=3) for t in (long_a, long_b))
+    assert a != b and a.name.startswith("valid_seen_pick_and_place_simple-") and a.name.endswith("-ep0.json")

@@ -92,3 +92,13 @@ def test_bank_report_from_a_run_directory(tmp_path):
     (tmp_path / "other").mkdir()
     with pytest.raises(FileNotFoundError, match="no bank.json"):
         bank_report(tmp_path / "other")
+
+
+def test_a_bank_path_that_does_not_exist_yet_starts_empty(tmp_path):
+    """The README's `consolidate ... experience.bank=bank.json` before any bank exists: an empty start, said once."""
+    trajs = tmp_path / "t.jsonl"
+    write_jsonl(trajs, synthetic.batch(8))
+    missing = tmp_path / "new.json"
+    path = consolidate_command(make_cfg(tmp_path, trajs, bank=str(missing)))
+    assert ExperienceBank.load(path).update_index == 1 and not missing.exists()  # the input path is not written
+    assert "does not exist yet: starting from an empty bank" in (path.parent / "run.log").read_text()
