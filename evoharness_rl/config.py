@@ -361,11 +361,6 @@ def validate(cfg: Config) -> Config:
     return cfg
 
 
-def sampling_temperature(cfg: Config, train: bool) -> float:
-    """GRPO rollouts (`train`) sample at grpo.temperature; eval and collect decode at policy.temperature."""
-    return cfg.grpo.temperature if train else cfg.policy.temperature
-
-
 def _get(cfg: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         cfg = getattr(cfg, part)

@@ -35,7 +35,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from evoharness_rl.config import sampling_temperature
 from evoharness_rl.fileio import atomic_write_json
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 from evoharness_rl.rollout.engine import EpisodeJob, RolloutEngine, build_engine, episode_settings
@@ -135,7 +134,7 @@ def _policy_identity(cfg: Any) -> dict:
     if p.backend == "replay":
         identity["responses"] = _file_hash(p.path)
         return identity
-    identity.update(temperature=sampling_temperature(cfg, train=False), top_p=p.top_p, max_new_tokens=p.max_new_tokens,
+    identity.update(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens,
                     max_prompt_tokens=p.max_prompt_tokens)
     if p.backend in ("openai", "vllm_server"):
         identity.update(base_url=p.base_url, model=p.model_name or cfg.model.path)

@@ -53,7 +53,7 @@ class Reference:
     def build(cls, cfg, policy, device: str) -> Optional["Reference"]:
         if cfg.grpo.kl_coef == 0:
             return None
-        temperature = sampling_temperature(cfg)
+        temperature = cfg.grpo.temperature  # the rollouts' sampling temperature, at which the loss scores tokens
         if cfg.grpo.lora:
             return cls(policy=policy, temperature=temperature)
         from evoharness_rl.models import load_model
@@ -69,11 +69,6 @@ class Reference:
             return token_logprobs(self.model, batch, temperature=self.temperature)[0]
         with _unwrap(self.policy).disable_adapter():
             return token_logprobs(self.policy, batch, temperature=self.temperature)[0]
-
-
-def sampling_temperature(cfg) -> float:
-    """The temperature rollouts sample at, which the loss scores tokens at."""
-    return cfg.grpo.temperature
 
 
 def _unwrap(model):

@@ -49,7 +49,7 @@ from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo import core
 from evoharness_rl.grpo.build import Run, setup, sharded
 from evoharness_rl.grpo.metrics import StatSums, gather_objects, memory_metrics, rollout_metrics
-from evoharness_rl.grpo.policy import sampling_temperature, token_logprobs
+from evoharness_rl.grpo.policy import token_logprobs
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 
@@ -232,7 +232,7 @@ def optimise(run: Run, scored: Scored, u: int) -> dict:
 def recompute_old_logprobs(run: Run, samples: list[B.Sample]) -> None:
     """grpo.old_logprobs=recompute: the behaviour logprobs of every sample from a forward pass of the policy as
     it is before this update's first step (instead of the sampler's), written into the samples in place."""
-    pad_id, temperature = run.tokenizer.pad_token_id, sampling_temperature(run.cfg)
+    pad_id, temperature = run.tokenizer.pad_token_id, run.cfg.grpo.temperature
     for rows in B.micro_batches(samples, run.plan.micro_batch_samples):
         batch = B.collate(rows, pad_id).to(run.accelerator.device)
         logp, _ = token_logprobs(run.model, batch, "none", temperature)  # [B, K]
@@ -284,7 +284,7 @@ def micro_loss(run: Run, batch: B.MicroBatch, denom: float):
     g = run.cfg.grpo
     ref_logp = run.reference.logprobs(batch) if run.reference is not None else None  # [B, K]
     logp, entropy = token_logprobs(run.model, batch, "grad" if g.entropy_coef > 0 else "detached",
-                                   sampling_temperature(run.cfg))  # [B, K] x2
+                                   run.cfg.grpo.temperature)  # [B, K] x2
     return core.policy_loss(logp, batch.old_logp, batch.adv, batch.loss_mask, g.clip_eps, ref_logp, g.kl_coef,
                             entropy, g.entropy_coef, g.loss_agg, denom)
 

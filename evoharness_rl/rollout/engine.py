@@ -397,11 +397,10 @@ def episode_settings(cfg: Any, train: bool = False, max_steps: Optional[int] = N
 
 
 def sampling_settings(cfg: Any, train: bool = False) -> SamplingSettings:
-    """Decoding settings of a Config: GRPO rollouts (`train`) sample, everything else is greedy unless set."""
-    from evoharness_rl.config import sampling_temperature
-
+    """Decoding settings of a Config: GRPO rollouts (`train`) sample at grpo.temperature; eval and collect
+    decode at policy.temperature (0, greedy, by default)."""
     p = cfg.policy
-    return SamplingSettings(temperature=sampling_temperature(cfg, train), top_p=p.top_p,
+    return SamplingSettings(temperature=cfg.grpo.temperature if train else p.temperature, top_p=p.top_p,
                             max_new_tokens=p.max_new_tokens, seed=cfg.seed)
 
 

@@ -9,7 +9,6 @@ differ in outcome, harness use and invalid actions: GRPO groups then have reward
 
 from __future__ import annotations
 
-import random
 import time
 from pathlib import Path
 
