@@ -208,6 +208,7 @@ class GRPOConfig:
     kl_coef: float = 0.01  # k3 KL to the reference (SFT) policy
     entropy_coef: float = 0.001  # entropy bonus
     adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
+    scale_rewards: str = "group"  # divisor of the group-centred reward: group (its group's std; the paper's GRPO) | batch (the std of every reward of the update: groups that differ only by small penalties keep small advantages) | none (Dr. GRPO: reward units)
     loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean
     old_logprobs: str = "sampler"  # PPO's old policy: sampler (the logprobs the backend recorded; free) | recompute (one no-grad forward of the policy over the update's samples before its first step: about a third of a training step's compute; use when the sampler's numerics differ from the trainer's, e.g. vLLM in bf16)
     horizon_curriculum: list[int] = field(default_factory=list)  # step budgets over training, e.g. [8, 10, 15]; [] = env.max_steps_train
@@ -326,6 +327,7 @@ def validate(cfg: Config) -> Config:
     _choice("logger.backend", cfg.logger.backend, LOGGERS)
     _choice("grpo.loss_agg", cfg.grpo.loss_agg, ("token_mean", "seq_mean"))
     _choice("grpo.old_logprobs", cfg.grpo.old_logprobs, ("sampler", "recompute"))
+    _choice("grpo.scale_rewards", cfg.grpo.scale_rewards, ("group", "batch", "none"))
     _choice("size", cfg.size, MODEL_SIZES)
     _choice("device", cfg.device, ("auto", "cpu", "cuda"))
     _choice("split", cfg.split, ("train", "valid_seen", "valid_unseen", "test"))

@@ -11,11 +11,17 @@ Reward of a trajectory tau at policy update u (paper Sec. 2.3, Eq. 5):
     lambda_div(u) = lambda_div_max / 2 * (1 + cos(pi * min(u, U) / U))
     R_eff     = 1[won] * (T_max - |tau|) / T_max        (|tau| counts env + harness + invalid steps)
 
-Advantages (GRPO, Shao et al. 2024): rewards are standardised within each task's group,
-A_i = (r_i - mean_g) / (std_g + eps), with the *sample* standard deviation (Bessel's
-correction, as in TRL and verl). A group whose std is below `eps` (all members got the
-same reward, or the group has one member) has no learning signal: its advantages are
-exactly 0 and it is reported in `zero_std_mask`.
+Advantages (GRPO, Shao et al. 2024): rewards are centred within each task's group and
+divided by a scale (`scale`):
+- `group` (the paper's GRPO): A_i = (r_i - mean_g) / (std_g + eps), with the *sample*
+  standard deviation of the group (Bessel's correction, as in TRL and verl);
+- `batch`: A_i = (r_i - mean_g) / (std_B + eps), std_B the sample std of every reward of
+  the update (TRL's scale_rewards="batch"): a group whose members differ only by small
+  penalties keeps a small advantage instead of being blown up to unit scale;
+- `none`: A_i = r_i - mean_g (Dr. GRPO, Liu et al. 2025), advantages in reward units.
+A group whose std is below `eps` (all members got the same reward, or the group has one
+member) has no learning signal: its advantages are exactly 0 and it is reported in
+`zero_std_mask`, whatever the scale.
 
 Policy loss (PPO clipped surrogate, per token t of sequence i):
 
@@ -45,6 +51,7 @@ import torch
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean")
+ADVANTAGE_SCALES = ("group", "batch", "none")
 
 
 # ----------------------------------------------------------------------------- rewards
@@ -108,14 +115,19 @@ def group_advantages(
     rewards: torch.Tensor,  # [N] one scalar reward per trajectory
     group_ids: torch.Tensor,  # [N] integer id of each trajectory's group (its task)
     eps: float = 1e-6,
+    scale: str = "group",
+    batch_std: float | None = None,  # scale="batch": the std of the whole update's rewards (None: of `rewards`)
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Group-normalised advantages (r - mean_g) / (std_g + eps) with the sample std.
+    """Group-centred advantages divided by the group's, the batch's or no std (module docstring).
 
     Returns (advantages [N], zero_std_mask [N]); trajectories of zero-variance groups
     (std < eps, including one-member groups) get advantage exactly 0 and mask True.
+    With several processes, pass `batch_std` computed over every process's rewards.
     """
     if rewards.dim() != 1 or rewards.shape != group_ids.shape:
         raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must both be [N]")
+    if scale not in ADVANTAGE_SCALES:
+        raise ValueError(f"scale={scale!r}; expected one of {ADVANTAGE_SCALES}")
     _, inverse = torch.unique(group_ids, return_inverse=True)  # [N] dense group index
     num_groups = int(inverse.max()) + 1 if len(inverse) else 0
     count = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, torch.ones_like(rewards))  # [G]
@@ -124,7 +136,15 @@ def group_advantages(
     sq = torch.zeros(num_groups, dtype=rewards.dtype).index_add_(0, inverse, centred**2)  # [G]
     std = torch.sqrt(sq / (count - 1).clamp(min=1))  # [G] sample std (0 for one-member groups)
     zero_std = (std < eps)[inverse]  # [N]
-    adv = torch.where(zero_std, torch.zeros_like(rewards), centred / (std[inverse] + eps))  # [N]
+    if scale == "group":
+        scaled = centred / (std[inverse] + eps)
+    elif scale == "batch":
+        if batch_std is None:
+            batch_std = float(rewards.std()) if len(rewards) > 1 else 0.0
+        scaled = centred / (batch_std + eps)
+    else:
+        scaled = centred
+    adv = torch.where(zero_std, torch.zeros_like(rewards), scaled)  # [N]
     return adv, zero_std
 
 

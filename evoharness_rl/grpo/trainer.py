@@ -6,7 +6,7 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
     snapshot <- Experience bank, frozen for the whole batch
     trajs    <- group_size episodes per task with the current policy      (RolloutEngine)
     rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff          (core.reward_components)
-    adv      <- standardised within each task's group                    (core.group_advantages)
+    adv      <- centred within each task's group, scaled by grpo.scale_rewards    (core.group_advantages)
     for each inner epoch, for each mini-batch of trajectories:
         PPO-clip loss vs. the behaviour logprobs + k3 KL to the SFT reference - entropy bonus
         AdamW step (grad clip)
@@ -36,6 +36,7 @@ import json
 import math
 import random
 import shutil
+import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -181,9 +182,12 @@ def score(run: Run, trajs: list, u: int) -> Scored:
     advantages, trains, zero_groups = [0.0] * len(trajs), [False] * len(trajs), 0
     bad = next((f"non-finite reward {r!r} for task {trajs[i].task_id!r}"
                 for i, r in zip(valid, totals) if not math.isfinite(r)), None)
+    everyone = [r for part in gather_objects(run.accelerator, [totals]) for r in part if math.isfinite(r)]
+    batch_std = statistics.stdev(everyone) if len(everyone) > 1 else 0.0  # for grpo.scale_rewards=batch
     if valid and bad is None:
         adv, zero = core.group_advantages(torch.tensor(totals, dtype=torch.float64),
-                                          torch.tensor([groups[i] for i in valid]), cfg.grpo.adv_eps)
+                                          torch.tensor([groups[i] for i in valid]), cfg.grpo.adv_eps,
+                                          scale=cfg.grpo.scale_rewards, batch_std=batch_std)
         for i, a, z in zip(valid, adv.tolist(), zero.tolist()):
             advantages[i], trains[i] = a, not z
         zero_groups = len({groups[i] for i, z in zip(valid, zero.tolist()) if z})

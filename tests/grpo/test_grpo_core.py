@@ -105,6 +105,36 @@ def test_group_advantages_ignore_group_order_and_ids():
     assert not zero.any()
 
 
+def test_group_advantages_batch_and_no_scaling_by_hand():
+    # Group 0 succeeds once (10 vs 0); group 1 differs only by a penalty (-0.1 vs -0.3).
+    rewards = torch.tensor([10.0, 0.0, -0.1, -0.3], dtype=torch.float64)
+    groups = torch.tensor([0, 0, 1, 1])
+    by_group, _ = core.group_advantages(rewards, groups, eps=0.0)
+    # group scaling blows the penalty-only group up to the success group's size: +-0.7071 both
+    torch.testing.assert_close(by_group, torch.tensor([1, -1, 1, -1], dtype=torch.float64) / math.sqrt(2))
+    # batch: mean 2.4, squares 57.76 + 5.76 + 6.25 + 7.29 = 77.06, sample std sqrt(77.06 / 3) = 5.0682
+    by_batch, zero = core.group_advantages(rewards, groups, eps=0.0, scale="batch")
+    std_b = math.sqrt(77.06 / 3)
+    torch.testing.assert_close(by_batch, torch.tensor([5.0, -5.0, 0.1, -0.1], dtype=torch.float64) / std_b)
+    assert not zero.any()
+    # a given batch std (other processes' rewards) is used as is
+    given, _ = core.group_advantages(rewards, groups, eps=0.0, scale="batch", batch_std=2.0)
+    torch.testing.assert_close(given, torch.tensor([2.5, -2.5, 0.05, -0.05], dtype=torch.float64))
+    # none (Dr. GRPO): centred rewards in reward units
+    raw, _ = core.group_advantages(rewards, groups, eps=0.0, scale="none")
+    torch.testing.assert_close(raw, torch.tensor([5.0, -5.0, 0.1, -0.1], dtype=torch.float64))
+
+
+def test_group_advantages_zero_variance_groups_are_zero_at_every_scale():
+    rewards = torch.tensor([3.0, 3.0, 1.0, 2.0])
+    for scale in core.ADVANTAGE_SCALES:
+        adv, zero = core.group_advantages(rewards, torch.tensor([0, 0, 1, 1]), scale=scale)
+        assert adv[:2].tolist() == [0.0, 0.0] and zero.tolist() == [True, True, False, False]
+        assert adv[2] < 0 < adv[3]
+    with pytest.raises(ValueError, match="scale='std'"):
+        core.group_advantages(rewards, torch.tensor([0, 0, 1, 1]), scale="std")
+
+
 def _hand_batch():
     # Row 0 (adv +1): log-ratios (1, 0, masked) -> ratio (e, 1); row 1 (adv -1): ratios (1.1, 0.5, 1).
     logp = torch.tensor([[1.0, 0.0, 123.0], [math.log(1.1), math.log(0.5), 0.0]], dtype=torch.float64)

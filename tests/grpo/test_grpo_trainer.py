@@ -84,7 +84,8 @@ def test_first_mini_batch_sees_the_policy_that_sampled(warm_model_dir, tmp_path,
 
 @pytest.mark.slow
 def test_grpo_accumulated_context_end_to_end(warm_model_dir, tmp_path):
-    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=2, loss_agg="seq_mean", save_every=2)
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=2, loss_agg="seq_mean", save_every=2,
+                      scale_rewards="batch")
     cfg.env.context = "accumulated"
     final = run_grpo(cfg, env_factory=envs)
     assert _changed(_weights(warm_model_dir), _weights(final))
