@@ -36,7 +36,9 @@ stage "collect scripted-teacher traces (adaptive BPE use, Experience evolving on
   experience.evolve=online "out_dir=$D/collect"
 
 stage "SFT (full-parameter, from scratch)"
-[ -f "$D/sft/merged/config.json" ] || "${CLI[@]}" sft "${COMMON[@]}" "model.path=$D/model" "sft.data=$D/collect" \
+# One thread: a model this small gains little from a second, and two OpenMP threads collapse (8x slower,
+# measured) as soon as anything else wants a core.
+[ -f "$D/sft/merged/config.json" ] || OMP_NUM_THREADS=1 "${CLI[@]}" sft "${COMMON[@]}" "model.path=$D/model" "sft.data=$D/collect" \
   "out_dir=$D/sft" resume=true
 
 stage "GRPO from the SFT checkpoint (bank: the teacher's, evolving)"
