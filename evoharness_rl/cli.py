@@ -128,15 +128,9 @@ def write_run_config(cfg) -> None:
 
 
 def _prepare(cfg) -> None:
-    from evoharness_rl.errors import UserError
+    from evoharness_rl.envs import prepare_env
 
-    if cfg.env.name == "alfworld":
-        from evoharness_rl.envs.alfworld.prepare import prepare
-    elif cfg.env.name == "webshop":
-        from evoharness_rl.envs.webshop.catalogue import prepare
-    else:
-        raise UserError(f"env.name={cfg.env.name!r} has no embedded data to prepare (alfworld, webshop do)")
-    path = prepare(cfg.env)
+    path = prepare_env(cfg.env)
     print(f"prepared {cfg.env.name} data in {path}")
 
 
