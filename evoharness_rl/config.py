@@ -337,6 +337,7 @@ def validate(cfg: Config) -> Config:
                  "grpo.group_size", "grpo.mini_batch_trajectories", "grpo.micro_batch_samples", "grpo.inner_epochs",
                  "experience.capacity", "experience.window", "episodes_per_task", "limit", "env.step_timeout_s",
                  "experience.max_field_chars", "experience.max_prompt_chars", "experience.request_timeout_s",
+                 "policy.request_timeout_s",
                  "env.max_live_episodes",
                  "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha"):
         _positive(name, _get(cfg, name))
@@ -350,6 +351,9 @@ def validate(cfg: Config) -> Config:
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction"):
         _fraction(name, _get(cfg, name))
+    if cfg.grpo.group_size < 2:
+        raise ConfigError(f"grpo.group_size={cfg.grpo.group_size} must be >= 2: a group of one trajectory has no "
+                          "advantage signal, so no update would ever change the policy")
     if cfg.grpo.temperature <= 0:
         raise ConfigError(f"grpo.temperature={cfg.grpo.temperature!r} must be > 0: GRPO needs sampled, varied groups")
     for budget in cfg.grpo.horizon_curriculum:

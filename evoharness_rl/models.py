@@ -17,6 +17,7 @@ Real runs point `model.path` at any HF checkpoint (e.g. Qwen3-8B); `load_model` 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from evoharness_rl.envs import env_names, env_part
+from evoharness_rl.errors import UserError
 from evoharness_rl.fileio import atomic_replace_dir
 
 SIZES: dict[str, dict[str, int]] = {  # Qwen3Config shapes; parameter counts include the tied embedding
@@ -221,28 +223,97 @@ def resolve_dtype(dtype: str, device: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
-def _checkpoint_path(path: Optional[str]) -> str:
+class CheckpointError(UserError, ValueError):
+    """`model.path` is not a usable checkpoint; the message names the path or file and the problem."""
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # one of these makes a tokenizer
+_MAKE_ONE = "make one with `evoharness-rl init-model size=tiny out=<dir>`, or point model.path at any HF checkpoint directory"
+
+
+def check_checkpoint(path: Optional[str], weights: bool = True) -> str:
+    """`path` if it is a checkpoint directory (or a model in the local Hugging Face cache), else CheckpointError.
+
+    Cheap file checks only (no torch, no network): a tokenizer file, and with `weights` a
+    `config.json` that parses and weight files that are complete (safetensors headers
+    against file sizes). Nothing is looked up on the hub: `model.path` names a directory."""
     if not path:
-        raise ValueError("model.path is not set; point it at an HF checkpoint directory "
-                         "(e.g. the output of `evoharness-rl init-model size=tiny out=<dir>`)")
-    if Path(path).is_dir():
-        return str(path)
-    if _offline():
-        raise FileNotFoundError(f"model.path={path!r} is not a directory and HF_HUB_OFFLINE is set, so nothing can be "
-                                "downloaded; point model.path at a local checkpoint directory")
-    return str(path)  # a hub id: transformers resolves it from the local cache (or downloads, when allowed)
+        raise CheckpointError(f"model.path is not set; {_MAKE_ONE}")
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        if _in_hub_cache(str(path)):
+            return str(path)  # transformers loads it from the cache
+        what = "a file, not a directory" if folder.exists() else "not a directory"
+        raise CheckpointError(f"model.path={str(path)!r} is {what}; {_MAKE_ONE}")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        found = "it is empty" if not any(folder.iterdir()) else f"no {' / '.join(TOKENIZER_FILES)} in it"
+        raise CheckpointError(f"model.path={str(path)!r} is not a checkpoint: {found}; {_MAKE_ONE}")
+    if weights:
+        _check_config(folder / "config.json")
+        _check_weights(folder)
+    return str(path)
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+def _in_hub_cache(repo_id: str) -> bool:
+    if repo_id.count("/") != 1 or repo_id.startswith((".", "/", "~")):
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # not a valid repo id
+        return False
+
+
+def _check_config(path: Path) -> None:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint has no model config; {_MAKE_ONE}")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path} is not valid JSON ({err}); the checkpoint is damaged") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise CheckpointError(f"{path} has no model_type: it is not a transformers model config")
+
+
+def _check_weights(folder: Path) -> None:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files and not list(folder.glob("pytorch_model*.bin")):
+        raise CheckpointError(f"{folder} holds no weights (*.safetensors); the checkpoint is incomplete")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
+        missing = sorted(s for s in shards if not (folder / s).is_file())
+        if missing:
+            raise CheckpointError(f"{index} lists shards that are missing: {', '.join(missing)}")
+    for file in files:
+        _check_safetensors(file)
+
+
+def _check_safetensors(path: Path) -> None:
+    """A safetensors file is an 8-byte header length, a JSON header, then the tensors' bytes."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if length < 0 or 8 + length > size:
+            raise CheckpointError(f"{path} is truncated ({size} bytes; its header alone needs {8 + max(length, 0)})")
+        try:
+            header = json.loads(f.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CheckpointError(f"{path} is not a safetensors file (its header is not JSON)") from None
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+    needed = 8 + length + max(ends, default=0)
+    if size < needed:
+        raise CheckpointError(f"{path} is truncated: {size} bytes of the {needed} its header describes")
 
 
 def load_tokenizer(path: Optional[str], trust_remote_code: bool = False):
     """The checkpoint's tokenizer; it must carry a chat template (prompts are chat messages)."""
     from transformers import AutoTokenizer
 
-    path = _checkpoint_path(path)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=_offline(), trust_remote_code=trust_remote_code)
+    path = check_checkpoint(path, weights=False)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     if not tokenizer.chat_template:
         raise ValueError(f"the tokenizer at {path} has no chat template; policies are prompted with chat messages, so "
                          "use a chat checkpoint or one made by `evoharness-rl init-model`")
@@ -258,13 +329,13 @@ def load_model(model_cfg: Any, device: str = "auto", dtype: Optional[str] = None
     """
     from transformers import AutoModelForCausalLM
 
-    path = _checkpoint_path(model_cfg.path)
+    path = check_checkpoint(model_cfg.path)
     device = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(
         path,
         dtype=resolve_dtype(dtype or model_cfg.dtype, device),
         attn_implementation=model_cfg.attn_implementation,
         trust_remote_code=model_cfg.trust_remote_code,
-        local_files_only=_offline(),
+        local_files_only=True,
     )
     return model.to(device)

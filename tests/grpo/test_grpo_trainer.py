@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from evoharness_rl.config import ConfigError
+from evoharness_rl.errors import Refusal
 from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo.core import lambda_div
 from evoharness_rl.grpo.trainer import run_grpo
@@ -135,7 +136,7 @@ def test_existing_checkpoints_need_resume(tmp_path):
     (tmp_path / "run" / ckpt.CHECKPOINTS / "update_000001").mkdir(parents=True)
     (tmp_path / "run" / ckpt.CHECKPOINTS / "update_000001" / "trainer_state.json").write_text("{}")
     cfg, envs = _grpo(tmp_path / "no-model-needed", tmp_path / "run")
-    with pytest.raises(RuntimeError, match="resume=true"):
+    with pytest.raises(Refusal, match="already holds a GRPO run .*resume=true"):
         run_grpo(cfg, env_factory=envs)
 
 
