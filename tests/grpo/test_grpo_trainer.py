@@ -23,7 +23,7 @@ from evoharness_rl.grpo.core import lambda_div
 from evoharness_rl.grpo.trainer import run_grpo
 from evoharness_rl.runlog import read_metrics
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).parents[2]  # the checkout: subprocesses import tests.fakes from it
 COMPONENTS = (
     "success_rate", "reward/r_grpo", "reward/r_div", "reward/r_eff", "reward/total", "lambda_div",
     "harness_calls_per_episode", "harness/track_per_episode", "harness/commit_per_episode",
@@ -34,7 +34,7 @@ COMPONENTS = (
 
 
 def _grpo(model_dir, out_dir, **grpo):
-    from grpo_fakes import make_count_env, tiny_config
+    from tests.fakes.count import make_count_env, tiny_config
 
     cfg = tiny_config(model_dir, out_dir, **grpo)
     return cfg, functools.partial(make_count_env)
@@ -143,8 +143,8 @@ def test_existing_checkpoints_need_resume(tmp_path):
 def _subprocess_run(model_dir: Path, out_dir: Path, resume: bool, policy=None, extra_env=None, marker_dir=None,
                     **grpo) -> subprocess.Popen:
     code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import torch; torch.set_num_threads(1)\n"
-        "from grpo_fakes import run_count_grpo\n"
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import torch; torch.set_num_threads(1)\n"
+        "from tests.fakes.count import run_count_grpo\n"
         "if __name__ == '__main__':\n"
         f"    run_count_grpo({str(model_dir)!r}, {str(out_dir)!r}, resume={resume}, policy={policy!r}, "
         f"marker_dir={marker_dir!r}, **{grpo!r})\n"
@@ -229,8 +229,8 @@ def test_two_process_ddp_on_cpu(warm_model_dir, tmp_path):
     """torchrun with 2 CPU processes (gloo): each rolls out its own prompts; one update, one shared model."""
     code = tmp_path / "ddp.py"
     code.write_text(
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import torch; torch.set_num_threads(1)\n"
-        "from grpo_fakes import run_count_grpo\n"
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import torch; torch.set_num_threads(1)\n"
+        "from tests.fakes.count import run_count_grpo\n"
         "if __name__ == '__main__':\n"
         f"    run_count_grpo({str(warm_model_dir)!r}, {str(tmp_path / 'run')!r}, updates=2)\n"
     )
