@@ -272,7 +272,7 @@ def _prepare(cfg) -> None:
 def _collect(cfg) -> None:
     from evoharness_rl.eval.collect import collect
 
-    collect(cfg)
+    _check_errors(cfg, collect(cfg))
 
 
 def _sft(cfg) -> None:
@@ -296,16 +296,21 @@ def _eval(cfg) -> None:
     summary = evaluate(cfg)
     keys = ("success_rate", "score", "episodes", "errors", "harness_calls_per_episode")
     print(json.dumps({k: summary[k] for k in keys if k in summary}, indent=2))
-    _refuse_all_errored(cfg, summary)
+    _check_errors(cfg, summary)
 
 
-def _refuse_all_errored(cfg, summary: dict) -> None:
-    """A run in which every episode errored measured nothing: exit non-zero with the first error's reason."""
+def _check_errors(cfg, summary: dict) -> None:
+    """A run in which every episode errored measured nothing: exit non-zero with the first error's reason; a share
+    above `max_error_rate` is a warning."""
     from evoharness_rl.errors import UserError
 
-    if summary.get("errors") and not summary.get("episodes"):
-        first = (summary.get("error_examples") or ["unknown"])[0].splitlines()[0]
-        raise UserError(f"all {summary['errors']} episodes errored (first: {first}); see {cfg.out_dir}/summary.json")
+    errors, played = summary.get("errors") or 0, summary.get("episodes") or 0
+    first = (summary.get("error_examples") or ["unknown"])[0].splitlines()[0]
+    if errors and not played:
+        raise UserError(f"all {errors} episodes errored (first: {first}); see {cfg.out_dir}/summary.json")
+    if errors / max(errors + played, 1) > cfg.max_error_rate:
+        print(f"warning: {errors} of {errors + played} episodes errored, more than max_error_rate={cfg.max_error_rate} "
+              f"(first: {first}); a re-run replays only them", file=sys.stderr)
 
 
 def _consolidate(cfg) -> None:

@@ -248,3 +248,17 @@ def test_a_dead_server_is_named_and_an_all_errored_eval_exits_non_zero(tmp_path,
     assert "secret" not in errors[0]
     for path in out.rglob("*"):  # a key in base_url never reaches a file
         assert not path.is_file() or "secret" not in path.read_text(), path
+
+
+def test_a_share_of_errored_episodes_above_max_error_rate_is_a_warning(capsys, tmp_path):
+    from evoharness_rl.cli import _check_errors
+    from evoharness_rl.config import Config
+
+    cfg = Config(out_dir=str(tmp_path))
+    summary = {"episodes": 18, "errors": 2, "error_examples": ["TimeoutError from http://h/v1: slow\nmore"]}
+    _check_errors(cfg, summary)
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith("warning: 2 of 20 episodes errored, more than max_error_rate=0.05 (first: TimeoutError")
+    cfg.max_error_rate = 0.2
+    _check_errors(cfg, summary)
+    assert capsys.readouterr().err == ""
