@@ -30,10 +30,9 @@ from __future__ import annotations
 import abc
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:  # pragma: no cover
-    from evoharness_rl.harness.belief import Belief
+from evoharness_rl.harness.belief import Belief
 
 
 @dataclass
@@ -61,6 +60,16 @@ class StepResult:
 
 
 @dataclass(frozen=True)
+class TokenizerText:
+    """What an environment adds to `init-model`'s tokenizer training text."""
+
+    system_prompt: str  # shown with every synthetic turn
+    turn_template: str  # the per-turn user template (as EnvSpec.turn_template)
+    system_prompts: tuple[str, ...]  # added once more on their own (the harness modes' system prompts)
+    turn: Any  # rng -> (objective, observation, admissible actions, responses): one synthetic turn
+
+
+@dataclass(frozen=True)
 class EnvSpec:
     """Static, per-environment facts the harness and prompt builder need."""
 
@@ -73,6 +82,7 @@ class EnvSpec:
     agent_description: str = "an agent"  # used by consolidation prompts
     prompt_version: str = "1"  # bump when prompts change: SFT data built with another version is rejected
     default_context: str = "per_turn"  # the context style the paper uses for this env
+    family_columns: dict[str, str] = field(default_factory=dict)  # family -> report column title, in the paper's order
 
     def versioned(self, prompt_style: str = "paper") -> str:
         """The prompt version of episodes played with `prompt_style` (paper | compact)."""
@@ -101,7 +111,7 @@ class Environment(abc.ABC):
         """Apply one environment action. Never raises on bad actions (invalid=True instead)."""
 
     @abc.abstractmethod
-    def make_belief(self) -> "Belief":
+    def make_belief(self) -> Belief:
         """A fresh Belief tracker grounded in this environment's observations."""
 
     @abc.abstractmethod

@@ -8,7 +8,9 @@ resolved config (secrets removed), `metrics.jsonl` and `run.log` to `out_dir`.
 
 from __future__ import annotations
 
+import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 COMMAND_HELP = {
@@ -73,12 +75,92 @@ def _hydra_main(command: str, overrides: list[str]) -> None:
     ConfigStore.instance().store(name="base_config", node=Config)
     task = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(_run)
     saved = sys.argv
-    # command= goes last: Hydra's flags (--multirun, --cfg job) must come before the first override.
-    sys.argv = [f"evoharness-rl {command}", *overrides, f"command={command}"]
+    flags, overrides = split_flags(overrides)
+    problem = check_overrides([*overrides, f"command={command}"])
+    if problem:
+        print(f"error: invalid configuration: {problem}", file=sys.stderr)
+        sys.exit(2)
+    # Hydra's flags (--multirun, --cfg job) must come before the first override, wherever the user wrote them.
+    sys.argv = [f"evoharness-rl {command}", *flags, *overrides, f"command={command}"]
     try:
         task()
     finally:
         sys.argv = saved
+
+
+def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
+    """(Hydra's flags with their values, the overrides), each in the order given."""
+    from hydra._internal.utils import get_args_parser
+
+    actions = {option: action for action in get_args_parser()._actions for option in action.option_strings}
+    flags, overrides, i = [], [], 0
+    while i < len(args):
+        arg = args[i]
+        action = actions.get(arg.split("=", 1)[0]) if arg.startswith("-") else None
+        if action is None:
+            overrides.append(arg)
+        elif "=" in arg or action.nargs == 0:
+            flags.append(arg)
+        elif action.nargs == "?":  # --info [all|config|...]
+            flags.append(arg)
+            if i + 1 < len(args) and args[i + 1] in (action.choices or ()):
+                i += 1
+                flags.append(args[i])
+        else:  # --cfg job, --package pkg, ...
+            flags += args[i:i + 2]
+            i += 1
+        i += 1
+    return flags, overrides
+
+
+def check_overrides(overrides: list[str]) -> str:
+    """What is wrong with `overrides` in one line ("" when nothing is): compose the config once (a sweep's first
+    values) so that an unknown key, a bad group option or a wrong type is reported before Hydra starts a job."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    from evoharness_rl.config import Config
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        first = [f"{o.input_line.split('=', 1)[0]}={next(o.sweep_string_iterator())}" if o.is_sweep_override()
+                 else o.input_line for o in parsed]
+        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+            composed = compose("config", overrides=first)
+    except Exception as err:  # Hydra's override and composition errors
+        return _first_line(err)
+    unknown = unknown_keys(OmegaConf.to_container(composed, resolve=False), Config)
+    if unknown:
+        return (f"{', '.join(unknown)}: no such config key (`+key=` adds keys that nothing reads); every key is "
+                "listed in docs/config.md")
+    return ""
+
+
+def unknown_keys(values: dict, schema: type, prefix: str = "") -> list[str]:
+    """Dotted keys of `values` that the dataclass `schema` has no field for (dict-typed fields take any key)."""
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    unknown = []
+    for key, value in values.items():
+        if key not in fields:
+            unknown.append(f"{prefix}{key}")
+            continue
+        default = fields[key].default_factory() if callable(fields[key].default_factory) else fields[key].default
+        if dataclasses.is_dataclass(default) and isinstance(value, dict):
+            unknown += unknown_keys(value, type(default), f"{prefix}{key}.")
+    return unknown
+
+
+def _first_line(err: BaseException) -> str:
+    """Hydra's composition errors span several lines (the key, then the full key and the schema); keep the first,
+    plus the cause's when Hydra wraps one."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    cause = err.__cause__
+    if cause is not None:
+        lines += [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return lines[0] if lines else type(err).__name__
 
 
 def _run(dict_cfg) -> None:
@@ -105,13 +187,66 @@ def _run(dict_cfg) -> None:
 
 
 def run_command(cfg) -> None:
-    """Dispatch a validated `Config` to its command (heavy modules are imported here)."""
+    """Dispatch a validated `Config` to its command (heavy modules are imported here).
+
+    Cheap refusals come first (`preflight`); then the job holds out_dir's lock. A job that
+    refuses later on (`Refusal`) leaves out_dir as it found it: config.yaml and the logs
+    it began are put back."""
+    from contextlib import nullcontext
+
+    from evoharness_rl.fileio import out_dir_lock
     from evoharness_rl.runlog import set_progress
 
     set_progress(cfg.logger.progress)
-    write_run_config(cfg)
-    handler = _COMMANDS[cfg.command]
-    handler(cfg)
+    preflight(cfg)
+    main_process = os.environ.get("RANK", "0") == "0"  # under torchrun/accelerate the first process holds the lock
+    with out_dir_lock(cfg.out_dir, _note) if main_process else nullcontext():
+        with _kept_on_refusal(Path(cfg.out_dir)):
+            write_run_config(cfg)
+            _COMMANDS[cfg.command](cfg)
+
+
+def preflight(cfg) -> None:
+    """Refusals that need no model, engine or environment: a checkpoint that is not one, a GRPO re-run."""
+    from evoharness_rl.models import check_checkpoint
+
+    backend = cfg.policy.backend
+    if cfg.command in ("sft", "grpo") or (cfg.command in ("eval", "collect") and backend in ("hf", "vllm")):
+        check_checkpoint(cfg.model.path)
+    elif cfg.command in ("eval", "collect") and backend == "vllm_server":
+        check_checkpoint(cfg.model.path, weights=False)  # the tokenizer only; the server holds the weights
+    if cfg.command == "grpo":
+        from evoharness_rl.grpo.checkpoint import refuse_existing_run
+
+        refuse_existing_run(cfg.out_dir, cfg.resume)
+
+
+@contextmanager
+def _kept_on_refusal(out: Path):
+    """On a `Refusal`, put back config.yaml and cut run.log and metrics.jsonl to where they ended before."""
+    from evoharness_rl.errors import Refusal
+
+    config = out / "config.yaml"
+    before = config.read_bytes() if config.is_file() else None
+    sizes = {out / name: (out / name).stat().st_size if (out / name).is_file() else None
+             for name in ("run.log", "metrics.jsonl")}
+    try:
+        yield
+    except Refusal:
+        if before is None:
+            config.unlink(missing_ok=True)
+        else:
+            config.write_bytes(before)
+        for path, size in sizes.items():
+            if size is None:
+                path.unlink(missing_ok=True)
+            elif path.is_file():
+                os.truncate(path, size)
+        raise
+
+
+def _note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
 
 
 def write_run_config(cfg) -> None:
@@ -128,22 +263,16 @@ def write_run_config(cfg) -> None:
 
 
 def _prepare(cfg) -> None:
-    from evoharness_rl.errors import UserError
+    from evoharness_rl.envs import prepare_env
 
-    if cfg.env.name == "alfworld":
-        from evoharness_rl.envs.alfworld.prepare import prepare
-    elif cfg.env.name == "webshop":
-        from evoharness_rl.envs.webshop.catalogue import prepare
-    else:
-        raise UserError(f"env.name={cfg.env.name!r} has no embedded data to prepare (alfworld, webshop do)")
-    path = prepare(cfg.env)
+    path = prepare_env(cfg.env)
     print(f"prepared {cfg.env.name} data in {path}")
 
 
 def _collect(cfg) -> None:
     from evoharness_rl.eval.collect import collect
 
-    collect(cfg)
+    _check_errors(cfg, collect(cfg))
 
 
 def _sft(cfg) -> None:
@@ -167,6 +296,21 @@ def _eval(cfg) -> None:
     summary = evaluate(cfg)
     keys = ("success_rate", "score", "episodes", "errors", "harness_calls_per_episode")
     print(json.dumps({k: summary[k] for k in keys if k in summary}, indent=2))
+    _check_errors(cfg, summary)
+
+
+def _check_errors(cfg, summary: dict) -> None:
+    """A run in which every episode errored measured nothing: exit non-zero with the first error's reason; a share
+    above `max_error_rate` is a warning."""
+    from evoharness_rl.errors import UserError
+
+    errors, played = summary.get("errors") or 0, summary.get("episodes") or 0
+    first = (summary.get("error_examples") or ["unknown"])[0].splitlines()[0]
+    if errors and not played:
+        raise UserError(f"all {errors} episodes errored (first: {first}); see {cfg.out_dir}/summary.json")
+    if errors / max(errors + played, 1) > cfg.max_error_rate:
+        print(f"warning: {errors} of {errors + played} episodes errored, more than max_error_rate={cfg.max_error_rate} "
+              f"(first: {first}); a re-run replays only them", file=sys.stderr)
 
 
 def _consolidate(cfg) -> None:

@@ -274,6 +274,7 @@ class Config:
     split: str = "valid_seen"  # eval/collect split: train | valid_seen | valid_unseen | test
     limit: Optional[int] = None  # eval/collect: only the first N tasks of the split (fixed order)
     episodes_per_task: int = 1  # eval/collect: episodes per task
+    max_error_rate: float = 0.05  # eval/collect: warn when a larger share of episodes errored (all errored: exit 1)
     resume: bool = False  # grpo/sft/eval: continue the run in out_dir
     runs: list[str] = field(default_factory=list)  # report: run directories to tabulate
     size: str = "tiny"  # init-model: tiny (~1M) | mini (~2.3M) | small (~10M) | base (~50M)
@@ -339,6 +340,7 @@ def validate(cfg: Config) -> Config:
                  "grpo.group_size", "grpo.mini_batch_trajectories", "grpo.micro_batch_samples", "grpo.inner_epochs",
                  "experience.capacity", "experience.window", "episodes_per_task", "limit", "env.step_timeout_s",
                  "experience.max_field_chars", "experience.max_prompt_chars", "experience.request_timeout_s",
+                 "policy.request_timeout_s",
                  "env.max_live_episodes",
                  "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha"):
         _positive(name, _get(cfg, name))
@@ -350,8 +352,11 @@ def validate(cfg: Config) -> Config:
                  "grpo.keep_checkpoints", "grpo.lr_warmup_steps"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
-                 "sft.warmup_ratio", "sft.validation_fraction"):
+                 "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate"):
         _fraction(name, _get(cfg, name))
+    if cfg.grpo.group_size < 2:
+        raise ConfigError(f"grpo.group_size={cfg.grpo.group_size} must be >= 2: a group of one trajectory has no "
+                          "advantage signal, so no update would ever change the policy")
     if cfg.grpo.temperature <= 0:
         raise ConfigError(f"grpo.temperature={cfg.grpo.temperature!r} must be > 0: GRPO needs sampled, varied groups")
     for budget in cfg.grpo.horizon_curriculum:

@@ -3,3 +3,7 @@
 
 class UserError(Exception):
     """Base of every error whose message tells the user what to change."""
+
+
+class Refusal(UserError):
+    """A job that refuses to start (its out_dir holds another run, or is in use): it writes nothing there."""

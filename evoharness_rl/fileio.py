@@ -1,12 +1,15 @@
-"""Atomic writes: readers see the old file or the new one, never a half-written one."""
+"""Atomic writes (readers see the old file or the new one, never a half-written one) and the out_dir lock."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, Optional
+
+from evoharness_rl.errors import Refusal
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -41,3 +44,58 @@ def atomic_replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike)
     os.replace(tmp_dir, final_dir)
     if old.exists():
         shutil.rmtree(old)
+
+
+# ------------------------------------------------------------------- out_dir lock
+
+LOCK_FILE = ".lock"  # in a job's out_dir while it runs: the holder's pid
+
+
+class OutDirBusy(Refusal):
+    """Another live job holds the out_dir's lock."""
+
+
+@contextmanager
+def out_dir_lock(out_dir: str | os.PathLike, note: Callable[[str], None] = print) -> Iterator[None]:
+    """Hold `out_dir/.lock` (this process's pid) while a job writes into `out_dir`.
+
+    A second job into the same out_dir is refused with OutDirBusy (nothing written); a lock
+    left by a process that no longer exists is taken over, and `note` says so."""
+    path = Path(out_dir) / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = _lock_holder(path)
+            if holder is not None and _alive(holder):
+                raise OutDirBusy(f"out_dir {out_dir} is in use by another job (pid {holder}, see {path}); wait for it "
+                                 "to end or choose another out_dir") from None
+            path.unlink(missing_ok=True)
+            note(f"took over the stale lock {path} (its process {holder if holder is not None else '?'} is gone)")
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(f"{os.getpid()}\n")
+        break
+    try:
+        yield
+    finally:
+        if _lock_holder(path) == os.getpid():
+            path.unlink(missing_ok=True)
+
+
+def _lock_holder(path: Path) -> Optional[int]:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

@@ -3,8 +3,8 @@
 `init_model(size, out_dir)` makes a checkpoint with no download:
 
 1. a byte-level BPE tokenizer trained with `tokenizers` on text the repo generates (the
-   environments' own prompts, when their specs can be found, otherwise the paper's
-   Appendix L prompts, plus synthetic ALFWorld/WebShop observations and responses);
+   registered environments' prompts and synthetic turns, `EnvEntry.tokenizer_turn`, plus
+   the paper's Appendix L prompts of environments not registered yet);
 2. wrapped as a `PreTrainedTokenizerFast` with ChatML special tokens and a Qwen-style chat
    template whose assistant content sits inside `{% generation %}` markers (TRL's
    assistant-only loss reads them through `return_assistant_tokens_mask`);
@@ -17,6 +17,7 @@ Real runs point `model.path` at any HF checkpoint (e.g. Qwen3-8B); `load_model` 
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -24,6 +25,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from evoharness_rl.envs import env_names, env_part
+from evoharness_rl.errors import UserError
 from evoharness_rl.fileio import atomic_replace_dir
 
 SIZES: dict[str, dict[str, int]] = {  # Qwen3Config shapes; parameter counts include the tied embedding
@@ -145,116 +148,41 @@ def count_parameters(model) -> int:
 
 
 def training_corpus(seed: int = 0, episodes: int = 400) -> list[str]:
-    """Tokenizer training text: env prompts with synthetic observations, actions and responses."""
+    """Tokenizer training text: env prompts with synthetic observations, actions and responses.
+
+    Turns alternate over the registered environments that give tokenizer text
+    (`EnvEntry.tokenizer_text`); their system prompts and those of the environments not
+    registered yet (`_PLANNED_ENVS`, the paper's Appendix L) are added on their own."""
     rng = random.Random(seed)
-    prompts = env_prompt_texts()
+    sources = _tokenizer_texts()
+    names = list(sources)
     texts = []
     for i in range(episodes):
-        env = "alfworld" if i % 2 == 0 else "webshop"
-        system, template = prompts[env]
-        objective, observation, actions, responses = (_alfworld_turn if env == "alfworld" else _webshop_turn)(rng)
-        user = template.format(objective=objective, observation=observation, actions=", ".join(actions),
-                               history="(none)", harness_views="")
+        source = sources[names[i % len(names)]]
+        objective, observation, actions, responses = source.turn(rng)
+        user = source.turn_template.format(objective=objective, observation=observation, actions=", ".join(actions),
+                                           history="(none)", harness_views="")
         # Role names as the chat template writes them; special tokens stay out (they are never merged).
-        texts += [f"system\n{system}", f"user\n{user}"] + [f"assistant\n{r}" for r in responses]
-    for name in prompts:  # the other harness modes' system prompts (env_only, always_on) and WebArena's
-        spec = _find_spec(name)
-        others = spec.system_prompts.values() if spec is not None else [prompts[name][0]]
-        texts += [f"system\n{text}" for text in others] * max(1, episodes // 20)
+        texts += [f"system\n{source.system_prompt}", f"user\n{user}"] + [f"assistant\n{r}" for r in responses]
+    others = [source.system_prompts for source in sources.values()]
+    others += [(system,) for name, (system, _) in _PLANNED_ENVS.items() if name not in sources]
+    for prompts in others:
+        texts += [f"system\n{text}" for text in prompts] * max(1, episodes // 20)
     return texts
 
 
 def env_prompt_texts() -> dict[str, tuple[str, str]]:
-    """{env: (adaptive system prompt, per-turn template)} from the env specs, else Appendix L."""
-    texts = dict(_APPENDIX_L)
-    for name in texts:
-        spec = _find_spec(name)
-        if spec is not None:
-            system = spec.system_prompts.get("adaptive") or next(iter(spec.system_prompts.values()), "")
-            texts[name] = (system, spec.turn_template)
-    return texts
+    """{env: (system prompt, per-turn template)} of the tokenizer text, planned environments included."""
+    texts = {name: (source.system_prompt, source.turn_template) for name, source in _tokenizer_texts().items()}
+    return texts | {name: text for name, text in _PLANNED_ENVS.items() if name not in texts}
 
 
-def _find_spec(name: str):
-    try:
-        from evoharness_rl.sft.data import find_env_spec
-
-        return find_env_spec(name)
-    except Exception:  # an env still being written must not stop the tokenizer from training
-        return None
+def _tokenizer_texts() -> dict:
+    """{env: TokenizerText} of the registered environments that give tokenizer text."""
+    parts = {name: env_part(name, "tokenizer_text") for name in env_names()}
+    return {name: part() for name, part in parts.items() if part is not None}
 
 
-_OBJECTS = ("mug", "apple", "egg", "book", "cellphone", "keychain", "pen", "plate", "potato", "tomato", "bowl",
-            "knife", "spoon", "cd", "pillow", "vase", "creditcard", "soapbar", "towel", "lettuce", "bread", "cup")
-_RECEPTACLES = ("cabinet", "countertop", "drawer", "shelf", "fridge", "microwave", "sinkbasin", "desk", "bed",
-                "sofa", "garbagecan", "stoveburner", "dresser", "sidetable", "coffeemachine", "toilet", "safe")
-_TASKS = ("put a {o} in {r}", "put a clean {o} in {r}", "put a hot {o} in {r}", "put a cool {o} in {r}",
-          "look at {o} under the desklamp", "put two {o} in {r}")
-_PRODUCTS = ("shoes", "t-shirt", "shampoo", "headphones", "coffee", "jeans", "lamp", "backpack", "tea", "socks")
-_ATTRIBUTES = ("men's", "women's", "organic", "wireless", "waterproof", "long lasting", "gluten free", "cotton")
-
-
-def _alfworld_turn(rng: random.Random) -> tuple[str, str, list[str], list[str]]:
-    obj, rec = rng.choice(_OBJECTS), rng.choice(_RECEPTACLES)
-    here = [f"{rng.choice(_RECEPTACLES)} {rng.randint(1, 4)}" for _ in range(rng.randint(3, 8))]
-    seen = ", ".join(f"a {rng.choice(_OBJECTS)} {rng.randint(1, 3)}" for _ in range(rng.randint(1, 4)))
-    observation = (f"You are in the middle of a room. Looking quickly around you, you see {', '.join(here)}. "
-                   f"You arrive at {here[0]}. On the {here[0]}, you see {seen}.")
-    actions = [f"go to {r}" for r in here] + [f"take {obj} 1 from {here[0]}", f"move {obj} 1 to {rec} 1",
-                                              "inventory", "look", f"examine {here[0]}", f"open {here[-1]}"]
-    thoughts = (f"I need to find the {obj} first.", f"The {obj} is usually on a {rec}.", "Next I should check it.")
-    responses = [f"<think>{rng.choice(thoughts)}</think><action>{rng.choice(actions)}</action>",
-                 f"<think>Record the plan.</think><action>commit [find {obj}]</action>",
-                 f"<think>Where did I see it?</think><action>track [{obj}]</action>",
-                 f"<think>Check experience.</think><action>recall [where to find {obj}]</action>",
-                 f"<think>Worth remembering.</think><action>note [{obj} is often in {rec}]</action>"]
-    return rng.choice(_TASKS).format(o=obj, r=rec), observation, actions, responses
-
-
-def _webshop_turn(rng: random.Random) -> tuple[str, str, list[str], list[str]]:
-    product, attribute = rng.choice(_PRODUCTS), rng.choice(_ATTRIBUTES)
-    price = rng.randint(10, 90)
-    objective = f"i need {attribute} {product}, and price lower than {price}.00 dollars"
-    items = [f"B0{rng.randint(10**7, 10**8 - 1)}" for _ in range(3)]
-    results = " [SEP] ".join(f"{item} [SEP] {attribute.title()} {product.title()} [SEP] ${rng.randint(5, 99)}.99"
-                             for item in items)
-    observation = f"Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] {results}"
-    actions = ["click[back to search]", "click[next >]"] + [f"click[{item.lower()}]" for item in items]
-    responses = [f"<think>Search first.</think><action>search[{attribute} {product}]</action>",
-                 f"<think>This one matches.</think><action>{rng.choice(actions)}</action>",
-                 "<think>Check the budget.</think><action>track [price]</action>",
-                 f"<think>Plan.</think><action>commit [buy {product} under {price} dollars]</action>",
-                 "<think>Done.</think><action>click[buy now]</action>"]
-    return objective, observation, actions, responses
-
-
-_ALFWORLD_SYSTEM = (
-    "You are an autonomous intelligent agent operating in the ALFWorld text-based household environment. The "
-    "objective is task completion through interactions with objects in rooms. You will receive: OBJECTIVE, "
-    "OBSERVATION, ADMISSIBLE COMMANDS, PREVIOUS ACTION(S).\n## Environment Actions (listed in ADMISSIBLE COMMANDS)\n"
-    "- go to <recep>, take <obj> from <recep>, put <obj> in/on <recep>\n- open/close <recep>, heat/cool/clean <obj> "
-    "with <appliance>, use <tool>\n- examine/look/inventory\n## Harness Actions (cognitive tools; each call costs one "
-    "step)\n### Plan\n- commit [subgoal]: Register the current subgoal. e.g. commit [find egg]\n### Perception\n"
-    "- track [object]: Query a specific object's last location, state, and visited locations. e.g. track [egg]\n"
-    "### Experience\n- recall [query]: Retrieve past experience. What you get depends on the query:\n  recall [where "
-    "to find X] -> search hints (object->location)\n  recall [how to do Y task] -> procedures, general skills, common "
-    "mistakes\n  recall [mistakes to avoid] -> common pitfalls and fixes\n- note [insight]: Record a generalizable "
-    "discovery for future episodes. e.g. note [food usually in fridge or countertop]\n## Response Syntax\n<think>Brief "
-    "reasoning in 1-2 sentences.</think>\n<action>your action here</action>\nEach response contains one action. "
-    "Environment-action strings come from ADMISSIBLE COMMANDS."
-)
-_WEBSHOP_SYSTEM = (
-    "You are an autonomous intelligent agent operating in the WebShop e-commerce environment. The objective is to buy "
-    "the product that best matches the instruction, including its options and price ceiling. You will receive: "
-    "OBJECTIVE, OBSERVATION, AVAILABLE ACTIONS, PREVIOUS ACTION(S).\n## Environment Actions (listed in AVAILABLE "
-    "ACTIONS)\n- search[<query>] on the search page.\n- click[<button>] for a product, option, navigation control, or "
-    "Buy Now.\n## Harness Actions (each call costs one step)\n- commit [subgoal]: register the current shopping "
-    "subgoal.\n- track [price]: compare the current price with the budget.\n- track [candidates]: list previously seen "
-    "products and prices.\n- track [options]: show selected options on the current item.\n- recall [query]: retrieve "
-    "effective searches, purchase procedures, or mistakes to avoid.\n- note [insight]: save a reusable search phrasing "
-    "or a shopping pitfall.\n## Response Syntax\n<think>Brief reasoning in 1-2 sentences.</think>\n<action>your action "
-    "here</action>\nEach response contains one action. Environment-action strings come from AVAILABLE ACTIONS."
-)
 _WEBARENA_SYSTEM = (
     "You are an autonomous intelligent agent tasked with navigating a web browser. You receive the user's objective, "
     "the current page's accessibility tree and URL, the open tabs, and the previous action.\n## Browser Actions\n"
@@ -267,11 +195,7 @@ _WEBARENA_SYSTEM = (
     "response consists of step-by-step reasoning followed by one browser or cognitive-tool action inside a "
     "triple-backtick block. stop [answer] represents task completion."
 )
-_APPENDIX_L: dict[str, tuple[str, str]] = {  # paper Appendix L.1 (fallback when an env spec is not available)
-    "alfworld": (_ALFWORLD_SYSTEM, "OBJECTIVE: {objective}\nOBSERVATION: {observation}\nADMISSIBLE COMMANDS: "
-                                   "{actions}\nPREVIOUS ACTION(S):\n{history}\n{harness_views}"),
-    "webshop": (_WEBSHOP_SYSTEM, "OBJECTIVE: {objective}\nOBSERVATION: {observation}\nAVAILABLE ACTIONS: "
-                                 "{actions}\nPREVIOUS ACTION(S):\n{history}\n{harness_views}"),
+_PLANNED_ENVS: dict[str, tuple[str, str]] = {  # paper Appendix L.1, for environments not registered yet
     "webarena": (_WEBARENA_SYSTEM, "OBJECTIVE: {objective}\nOBSERVATION: {observation}\n{harness_views}"),
 }
 
@@ -299,28 +223,97 @@ def resolve_dtype(dtype: str, device: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
-def _checkpoint_path(path: Optional[str]) -> str:
+class CheckpointError(UserError, ValueError):
+    """`model.path` is not a usable checkpoint; the message names the path or file and the problem."""
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # one of these makes a tokenizer
+_MAKE_ONE = "make one with `evoharness-rl init-model size=tiny out=<dir>`, or point model.path at any HF checkpoint directory"
+
+
+def check_checkpoint(path: Optional[str], weights: bool = True) -> str:
+    """`path` if it is a checkpoint directory (or a model in the local Hugging Face cache), else CheckpointError.
+
+    Cheap file checks only (no torch, no network): a tokenizer file, and with `weights` a
+    `config.json` that parses and weight files that are complete (safetensors headers
+    against file sizes). Nothing is looked up on the hub: `model.path` names a directory."""
     if not path:
-        raise ValueError("model.path is not set; point it at an HF checkpoint directory "
-                         "(e.g. the output of `evoharness-rl init-model size=tiny out=<dir>`)")
-    if Path(path).is_dir():
-        return str(path)
-    if _offline():
-        raise FileNotFoundError(f"model.path={path!r} is not a directory and HF_HUB_OFFLINE is set, so nothing can be "
-                                "downloaded; point model.path at a local checkpoint directory")
-    return str(path)  # a hub id: transformers resolves it from the local cache (or downloads, when allowed)
+        raise CheckpointError(f"model.path is not set; {_MAKE_ONE}")
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        if _in_hub_cache(str(path)):
+            return str(path)  # transformers loads it from the cache
+        what = "a file, not a directory" if folder.exists() else "not a directory"
+        raise CheckpointError(f"model.path={str(path)!r} is {what}; {_MAKE_ONE}")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        found = "it is empty" if not any(folder.iterdir()) else f"no {' / '.join(TOKENIZER_FILES)} in it"
+        raise CheckpointError(f"model.path={str(path)!r} is not a checkpoint: {found}; {_MAKE_ONE}")
+    if weights:
+        _check_config(folder / "config.json")
+        _check_weights(folder)
+    return str(path)
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+def _in_hub_cache(repo_id: str) -> bool:
+    if repo_id.count("/") != 1 or repo_id.startswith((".", "/", "~")):
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # not a valid repo id
+        return False
+
+
+def _check_config(path: Path) -> None:
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: the checkpoint has no model config; {_MAKE_ONE}")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path} is not valid JSON ({err}); the checkpoint is damaged") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise CheckpointError(f"{path} has no model_type: it is not a transformers model config")
+
+
+def _check_weights(folder: Path) -> None:
+    files = sorted(folder.glob("*.safetensors"))
+    if not files and not list(folder.glob("pytorch_model*.bin")):
+        raise CheckpointError(f"{folder} holds no weights (*.safetensors); the checkpoint is incomplete")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
+        missing = sorted(s for s in shards if not (folder / s).is_file())
+        if missing:
+            raise CheckpointError(f"{index} lists shards that are missing: {', '.join(missing)}")
+    for file in files:
+        _check_safetensors(file)
+
+
+def _check_safetensors(path: Path) -> None:
+    """A safetensors file is an 8-byte header length, a JSON header, then the tensors' bytes."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if length < 0 or 8 + length > size:
+            raise CheckpointError(f"{path} is truncated ({size} bytes; its header alone needs {8 + max(length, 0)})")
+        try:
+            header = json.loads(f.read(length))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise CheckpointError(f"{path} is not a safetensors file (its header is not JSON)") from None
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+    needed = 8 + length + max(ends, default=0)
+    if size < needed:
+        raise CheckpointError(f"{path} is truncated: {size} bytes of the {needed} its header describes")
 
 
 def load_tokenizer(path: Optional[str], trust_remote_code: bool = False):
     """The checkpoint's tokenizer; it must carry a chat template (prompts are chat messages)."""
     from transformers import AutoTokenizer
 
-    path = _checkpoint_path(path)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=_offline(), trust_remote_code=trust_remote_code)
+    path = check_checkpoint(path, weights=False)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
     if not tokenizer.chat_template:
         raise ValueError(f"the tokenizer at {path} has no chat template; policies are prompted with chat messages, so "
                          "use a chat checkpoint or one made by `evoharness-rl init-model`")
@@ -336,13 +329,13 @@ def load_model(model_cfg: Any, device: str = "auto", dtype: Optional[str] = None
     """
     from transformers import AutoModelForCausalLM
 
-    path = _checkpoint_path(model_cfg.path)
+    path = check_checkpoint(model_cfg.path)
     device = resolve_device(device)
     model = AutoModelForCausalLM.from_pretrained(
         path,
         dtype=resolve_dtype(dtype or model_cfg.dtype, device),
         attn_implementation=model_cfg.attn_implementation,
         trust_remote_code=model_cfg.trust_remote_code,
-        local_files_only=_offline(),
+        local_files_only=True,
     )
     return model.to(device)

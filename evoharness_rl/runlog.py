@@ -42,7 +42,26 @@ def redact(data: Any, secrets: Optional[set[str]] = None) -> Any:
         for secret in secrets:
             if secret in data:
                 data = data.replace(secret, REDACTED)
+        if "://" in data:
+            data = _redact_url(data)
     return data
+
+
+def _redact_url(url: str) -> str:
+    """A URL's user, password and query (where keys travel) replaced by REDACTED."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        netloc = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:  # not a URL after all
+        return url
+    if parts.username or parts.password:
+        netloc = f"{REDACTED}@{netloc}"
+    elif "@" not in parts.netloc:
+        netloc = parts.netloc
+    return urlunsplit((parts.scheme, netloc, parts.path, REDACTED if parts.query else "", parts.fragment))
 
 
 class RunLogger:

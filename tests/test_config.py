@@ -44,6 +44,23 @@ def test_every_yaml_composes_and_validates(group, option):
     validate(obj)
 
 
+SELECTORS = {"policy": "backend", "harness": "mode", "logger": "backend"}  # the field an option of the group selects
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, o in _group_options() if g not in ("env", "experiment")])
+def test_an_option_states_only_what_it_changes(group, option):
+    """Defaults are written once, in the dataclasses of evoharness_rl/config.py (the schema Hydra composes onto):
+    an option's YAML repeats none of them, except the field it selects. Environments and experiments are exempt:
+    they list their settings side by side, whole."""
+    import yaml
+
+    values = yaml.safe_load((CONFIGS / group / f"{option}.yaml").read_text()) or {}
+    section = getattr(Config(), group)
+    repeated = [key for key, value in values.items()
+                if key != SELECTORS.get(group) and getattr(section, key, object()) == value]
+    assert not repeated, f"configs/{group}/{option}.yaml repeats the schema defaults of {repeated}"
+
+
 def test_env_groups_set_paper_defaults():
     webshop = OmegaConf.to_object(_compose(["env=webshop"]))
     assert (webshop.env.max_steps_eval, webshop.env.recall_k, webshop.grpo.mini_batch_trajectories) == (20, 6, 32)

@@ -37,6 +37,7 @@ from evoharness_rl.envs.webshop.belief import WebShopBelief
 from evoharness_rl.envs.webshop.catalogue import load_catalogue, prepare, split_indices
 from evoharness_rl.envs.webshop.prompts import WEBSHOP_SPEC
 from evoharness_rl.envs.webshop.simulator import SEP, WebShopTextSim, parse_action
+from evoharness_rl.envs.webshop.teacher import ScriptedShopper
 
 MAX_QUERY_CHARS = 300  # a longer search query is invalid (WebShop queries are a few keywords)
 SEARCH_ACTION = "search[<your query>]"
@@ -132,8 +133,6 @@ class WebShopEnv(Environment):
         return WebShopBelief()
 
     def make_teacher(self, enabled_verbs: tuple[str, ...], harness_rate: float, rng: random.Random) -> Teacher:
-        from evoharness_rl.envs.webshop.teacher import ScriptedShopper
-
         if self.task is None:
             raise RuntimeError("make_teacher() before reset(); the teacher shops for the current task")
         return ScriptedShopper(self, enabled_verbs, harness_rate, rng)

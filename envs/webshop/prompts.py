@@ -7,7 +7,9 @@ only that one; `env_only` (ReAct baseline) drops the harness section, and `alway
 
 from __future__ import annotations
 
-from evoharness_rl.envs.base import EnvSpec
+import random
+
+from evoharness_rl.envs.base import EnvSpec, TokenizerText
 
 PROMPT_VERSION = "webshop-2"  # bump when any text below (or the shared history format) changes
 
@@ -59,3 +61,31 @@ WEBSHOP_SPEC = EnvSpec(
     prompt_version=PROMPT_VERSION,
     default_context="per_turn",
 )
+
+
+# ----------------------------------------------------- tokenizer text (`init-model`)
+
+_PRODUCTS = ("shoes", "t-shirt", "shampoo", "headphones", "coffee", "jeans", "lamp", "backpack", "tea", "socks")
+_ATTRIBUTES = ("men's", "women's", "organic", "wireless", "waterproof", "long lasting", "gluten free", "cotton")
+
+
+def _tokenizer_turn(rng: random.Random) -> tuple[str, str, list[str], list[str]]:
+    product, attribute = rng.choice(_PRODUCTS), rng.choice(_ATTRIBUTES)
+    price = rng.randint(10, 90)
+    objective = f"i need {attribute} {product}, and price lower than {price}.00 dollars"
+    items = [f"B0{rng.randint(10**7, 10**8 - 1)}" for _ in range(3)]
+    results = " [SEP] ".join(f"{item} [SEP] {attribute.title()} {product.title()} [SEP] ${rng.randint(5, 99)}.99"
+                             for item in items)
+    observation = f"Back to Search [SEP] Page 1 (Total results: 50) [SEP] Next > [SEP] {results}"
+    actions = ["click[back to search]", "click[next >]"] + [f"click[{item.lower()}]" for item in items]
+    responses = [f"<think>Search first.</think><action>search[{attribute} {product}]</action>",
+                 f"<think>This one matches.</think><action>{rng.choice(actions)}</action>",
+                 "<think>Check the budget.</think><action>track [price]</action>",
+                 f"<think>Plan.</think><action>commit [buy {product} under {price} dollars]</action>",
+                 "<think>Done.</think><action>click[buy now]</action>"]
+    return objective, observation, actions, responses
+
+
+def tokenizer_text() -> TokenizerText:
+    """WebShop's part of `init-model`'s tokenizer text: its adaptive prompt with every turn, then all three."""
+    return TokenizerText(SYSTEM_PROMPTS["adaptive"], TURN_TEMPLATE, tuple(SYSTEM_PROMPTS.values()), _tokenizer_turn)

@@ -23,15 +23,13 @@ search phrasing that worked). With no enabled verbs it uses environment actions 
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-from evoharness_rl.envs.base import Teacher
+from evoharness_rl.envs.base import Environment, Teacher
 from evoharness_rl.envs.webshop.belief import Candidate, WebShopBelief
 from evoharness_rl.envs.webshop.pages import Page, Result
 from evoharness_rl.harness.protocol import format_response
 
-if TYPE_CHECKING:  # pragma: no cover
-    from evoharness_rl.envs.webshop.adapter import WebShopEnv
 
 DEFAULT_BUDGET = 20  # WebShop's step budget (paper: 20 for training and evaluation)
 PAGES_PER_QUERY = 2  # result pages read before trying another query
@@ -42,9 +40,9 @@ MAX_QUERY_CHARS = 200  # queries are cut to this length (the adapter rejects ver
 class ScriptedShopper(Teacher):
     """The scripted shopper for one episode (see module docstring)."""
 
-    def __init__(self, env: "WebShopEnv", enabled_verbs: tuple[str, ...], harness_rate: float, rng: random.Random,
+    def __init__(self, env: Environment, enabled_verbs: tuple[str, ...], harness_rate: float, rng: random.Random,
                  budget: int = DEFAULT_BUDGET):
-        self.env = env
+        self.env = env  # the WebShop adapter: its current `task` and `last_result` are read
         self.verbs = set(enabled_verbs)
         self.rate = harness_rate
         self.rng = rng

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings
 
@@ -47,11 +47,22 @@ def map_concurrently(fn: Callable[[T], R], items: Sequence[T], concurrency: int)
         return list(pool.map(fn, items))
 
 
-def error_completion(exc: BaseException) -> Completion:
-    """The Completion of a request that failed after the client's retries."""
+def error_completion(exc: BaseException, url: Any = "") -> Completion:
+    """The Completion of a request to `url` that failed after the client's retries (one line, URL without secrets)."""
     status = getattr(exc, "status_code", None)
-    reason = f"{type(exc).__name__}" + (f" ({status})" if status else "") + f": {exc}"
+    detail = " ".join(str(exc).split())
+    reason = f"{type(exc).__name__}" + (f" ({status})" if status else "") + f" from {public_url(url)}: {detail}"
     return Completion(text="", finish_reason="error", error=reason[:500])
+
+
+def public_url(url: Any) -> str:
+    """`url` without user, password, query or fragment: what may appear in errors and logs."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(str(url))
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class OpenAIBackend(GenerationBackend):
@@ -89,7 +100,7 @@ class OpenAIBackend(GenerationBackend):
                 seed=sampling.seed,
             )
         except Exception as exc:  # noqa: BLE001 - any failure after retries is this request's error
-            return error_completion(exc)
+            return error_completion(exc, self.client.base_url)
         if not response.choices:
             return Completion(text="", finish_reason="error", error="the endpoint returned no choices")
         choice = response.choices[0]
@@ -103,7 +114,7 @@ class OpenAIBackend(GenerationBackend):
         """
         completion = self._one(messages, sampling or SamplingSettings(temperature=0.0, max_new_tokens=2048))
         if completion.error is not None:
-            raise RuntimeError(f"chat request to {self.client.base_url} failed: {completion.error}")
+            raise RuntimeError(f"chat request failed: {completion.error}")
         return completion.text
 
     def release(self) -> None:

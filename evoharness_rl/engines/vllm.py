@@ -298,7 +298,7 @@ class VLLMServerBackend(GenerationBackend):
                                 skip_special_tokens=True, return_tokens_as_token_ids=True),
             )
         except Exception as exc:  # noqa: BLE001 - any failure after retries is this request's error
-            return error_completion(exc)
+            return error_completion(exc, self.client.base_url)
         choice = response.choices[0]
         ids = [int(token.removeprefix("token_id:")) for token in choice.logprobs.tokens]
         logprobs = [float(lp) for lp in choice.logprobs.token_logprobs]

@@ -39,7 +39,7 @@ from evoharness_rl.fileio import atomic_write_json
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 from evoharness_rl.rollout.engine import EpisodeJob, RolloutEngine, build_engine, episode_settings
 from evoharness_rl.rollout.trajectory import Trajectory
-from evoharness_rl.runlog import RunLogger
+from evoharness_rl.runlog import RunLogger, redact
 
 SUMMARY_FILE = "summary.json"
 TRAJECTORY_DIR = "trajectories"
@@ -289,12 +289,12 @@ def claim_out_dir(out: Path, ident: dict, fp: str) -> None:
     path = out / FINGERPRINT_FILE
     previous = json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
     if previous is not None and previous.get("fingerprint") != fp and any((out / TRAJECTORY_DIR).glob("*.json")):
-        changed = sorted(_differences(previous.get("identity", {}), json.loads(json.dumps(ident, default=str))))
-        from evoharness_rl.errors import UserError
+        changed = sorted(_differences(previous.get("identity", {}), json.loads(json.dumps(redact(ident), default=str))))
+        from evoharness_rl.errors import Refusal
 
-        raise UserError(f"{out} holds episodes recorded with another configuration (differs in: "
+        raise Refusal(f"{out} holds episodes recorded with another configuration (differs in: "
                         f"{', '.join(changed) or 'unknown'}); choose another out_dir, or delete that one to start over")
-    atomic_write_json(path, {"fingerprint": fp, "identity": ident})
+    atomic_write_json(path, {"fingerprint": fp, "identity": redact(ident)})
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -25,18 +25,11 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from evoharness_rl.envs import env_spec
 from evoharness_rl.fileio import atomic_write_text
 from evoharness_rl.errors import UserError
 
 REPORT_FILE = "report.md"
-ALFWORLD_FAMILIES = {  # task_type -> the paper's column name, in the paper's order
-    "pick_and_place_simple": "Pick",
-    "look_at_obj_in_light": "Look",
-    "pick_clean_then_place_in_recep": "Clean",
-    "pick_heat_then_place_in_recep": "Heat",
-    "pick_cool_then_place_in_recep": "Cool",
-    "pick_two_obj_and_place": "Pick2",
-}
 SPLIT_NAMES = {"valid_seen": "seen", "valid_unseen": "unseen"}
 TRAINING_CURVES = (  # (metrics.jsonl key, plot title, scale)
     ("success_rate", "success rate (%)", 100.0),
@@ -83,10 +76,13 @@ def _num(value: Optional[float]) -> str:
 
 
 def family_columns(env: str, summaries: list[dict]) -> list[tuple[str, str]]:
-    """[(family key, column title)]: ALFWorld's six in paper order, else the families found."""
+    """[(family key, column title)]: the env's own columns (`EnvSpec.family_columns`, e.g. ALFWorld's six in the
+    paper's order) when they cover the families found, else the families found."""
     found = sorted({fam for s in summaries for fam in s.get("per_family", {})})
-    if env == "alfworld" and set(found) <= set(ALFWORLD_FAMILIES):
-        return list(ALFWORLD_FAMILIES.items())
+    spec = env_spec(env)
+    columns = spec.family_columns if spec is not None else {}
+    if columns and set(found) <= set(columns):
+        return list(columns.items())
     return [(fam, fam) for fam in found]
 
 

@@ -9,16 +9,17 @@ how an environment phrases its actions and observations goes through a `Groundin
     grounding.describe_search(subject, ranked_locations) -> the text of a search priority
     grounding.mistake_advice(pattern) -> (principle, how_to_avoid) for a failure pattern, or None
 
-Implementations live beside their environment (`evoharness_rl.envs.<env>.grounding`,
-function `make_grounding()`); `GenericGrounding` serves environments without one.
+Implementations live beside their environment (`envs/<env>/grounding.py`, function
+`make_grounding()`, registered as `EnvEntry.grounding`); `GenericGrounding` serves
+environments without one.
 """
 
 from __future__ import annotations
 
-import importlib
 import re
 from typing import Protocol
 
+from evoharness_rl.envs import env_names, env_part
 from evoharness_rl.rollout.trajectory import Trajectory
 
 # Failure patterns every grounding may be asked about (see heuristic.failure_patterns).
@@ -81,11 +82,6 @@ class GenericGrounding:
 
 
 def load_grounding(env_name: str) -> Grounding:
-    """The grounding of `env_name` (`evoharness_rl.envs.<env>.grounding.make_grounding`), else generic."""
-    try:
-        module = importlib.import_module(f"evoharness_rl.envs.{env_name}.grounding")
-    except ModuleNotFoundError as err:
-        if err.name not in (f"evoharness_rl.envs.{env_name}", f"evoharness_rl.envs.{env_name}.grounding"):
-            raise  # the grounding exists but one of its imports is missing: that is a real error
-        return GenericGrounding()
-    return module.make_grounding()
+    """The grounding registered for `env_name` (`EnvEntry.grounding`), else generic."""
+    make = env_part(env_name, "grounding") if env_name in env_names() else None
+    return make() if make is not None else GenericGrounding()

@@ -126,17 +126,11 @@ class SilentLog:
 
 
 def _resume_point(cfg, out_dir: Path, log) -> Optional[Path]:
+    ckpt.refuse_existing_run(out_dir, cfg.resume)
     latest = ckpt.latest_checkpoint(out_dir)
-    if cfg.resume:
-        if latest is None:
-            log.info(f"resume=true but {out_dir / ckpt.CHECKPOINTS} has no checkpoint; starting at update 0")
-        return latest
-    if latest is not None:
-        raise RuntimeError(
-            f"{out_dir} already holds GRPO checkpoints (latest: {latest.name}); pass resume=true to continue that run "
-            "or choose another out_dir"
-        )
-    return None
+    if cfg.resume and latest is None:
+        log.info(f"resume=true but {out_dir / ckpt.CHECKPOINTS} has no checkpoint; starting at update 0")
+    return latest
 
 
 def _task_lists(env_factory, eval_split: Optional[str], eval_limit: int) -> tuple[str, list[str], list[str]]:

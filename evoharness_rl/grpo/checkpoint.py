@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from evoharness_rl.errors import Refusal
 from evoharness_rl.fileio import atomic_replace_dir, atomic_write_json, atomic_write_text
 
 CHECKPOINTS = "checkpoints"
@@ -59,6 +60,14 @@ def list_checkpoints(out_dir: str | Path) -> list[Path]:
 def latest_checkpoint(out_dir: str | Path) -> Optional[Path]:
     found = list_checkpoints(out_dir)
     return found[-1] if found else None
+
+
+def refuse_existing_run(out_dir: str | Path, resume: bool) -> None:
+    """A new run (not `resume`) into an out_dir that holds GRPO checkpoints is refused: never mix two runs."""
+    latest = None if resume else latest_checkpoint(out_dir)
+    if latest is not None:
+        raise Refusal(f"{out_dir} already holds a GRPO run (latest checkpoint: {latest.name}); pass resume=true to "
+                      "continue it, or choose another out_dir")
 
 
 def register_hf_model_hooks(accelerator) -> None:

@@ -5,26 +5,27 @@ inventory; WebShop: constraints, candidates, options; WebArena: pages, values) b
 subclassing `Belief`. The harness never looks inside: it calls `update` after every
 environment action, `track` for the `track [query]` verb (a read-only slice), and
 `render` for the compact view shown every turn in `always_on` mode.
+
+The environments import this module (their trackers subclass `Belief`), so it imports
+nothing from them: `task` is an `envs.base.Task`, `first` and `result` are
+`envs.base.StepResult`s.
 """
 
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from evoharness_rl.envs.base import StepResult, Task
+from typing import Any
 
 
 class Belief(abc.ABC):
     """Episode-local state tracker; one instance per episode."""
 
     @abc.abstractmethod
-    def reset(self, task: "Task", first: "StepResult") -> None:
+    def reset(self, task: Any, first: Any) -> None:
         """Start a new episode from the task and the first observation."""
 
     @abc.abstractmethod
-    def update(self, action: str, result: "StepResult") -> None:
+    def update(self, action: str, result: Any) -> None:
         """Fold in one environment action and what the env answered."""
 
     @abc.abstractmethod

@@ -24,10 +24,8 @@ an example whose last trained response does not fit is dropped. Both are counted
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
-import pkgutil
 import random
 import shutil
 import tempfile
@@ -35,6 +33,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from evoharness_rl.envs import env_spec
 from evoharness_rl.fileio import atomic_replace_dir
 from evoharness_rl.rollout.trajectory import Trajectory, read_jsonl
 from evoharness_rl.errors import UserError
@@ -49,42 +48,9 @@ class SFTDataError(UserError, ValueError):
 # ------------------------------------------------------------------- env prompts
 
 
-def find_env_spec(name: str):
-    """The `EnvSpec` named `name` defined in the env's package (module-level or a class's `spec`), or None.
-
-    Reading the spec from the code (rather than building the environment) keeps the check
-    cheap and independent of generated data.
-    """
-    from evoharness_rl.envs.base import EnvSpec
-
-    try:
-        package = importlib.import_module(f"evoharness_rl.envs.{name}")
-    except ImportError:
-        return None
-    names = [info.name for info in pkgutil.iter_modules(getattr(package, "__path__", []))]
-    likely = [n for n in ("prompts", "spec", "adapter") if n in names]  # where adapters define it; looked at first
-    for module_name in [None] + likely + [n for n in names if n not in likely]:
-        module = package if module_name is None else importlib.import_module(f"{package.__name__}.{module_name}")
-        for value in list(vars(module).values()):
-            spec = getattr(value, "spec", value) if isinstance(value, type) else value
-            if isinstance(spec, EnvSpec) and spec.name == name:
-                return spec
-    return None
-
-
 def current_prompt_version(env_name: str, env_cfg: Any = None) -> str:
-    """The prompt version the current code uses for `env_name` (builds the env only as a fallback)."""
-    spec = find_env_spec(env_name)
-    if spec is None and env_cfg is not None:
-        from dataclasses import replace
-
-        from evoharness_rl.envs import make_env
-
-        env = make_env(replace(env_cfg, name=env_name))
-        try:
-            spec = env.spec
-        finally:
-            env.close()
+    """The prompt version the current code uses for `env_name` (read from the registry's `EnvSpec`)."""
+    spec = env_spec(env_name, env_cfg)
     if spec is None:
         raise SFTDataError(f"no EnvSpec found for env {env_name!r}; its prompt version cannot be checked")
     return spec.versioned(getattr(env_cfg, "prompt_style", "paper"))

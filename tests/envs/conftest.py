@@ -147,8 +147,8 @@ def alfworld_env_factory(alfworld_root):
 @pytest.fixture
 def webshop_env_factory(tmp_path):
     """Factory of the WebShop environment on a small generated catalogue."""
-    adapter = pytest.importorskip("evoharness_rl.envs.webshop.adapter")
     from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs.webshop import adapter
 
     cfg = EnvConfig(name="webshop", data_dir=str(tmp_path))
     cfg.webshop.num_products, cfg.webshop.num_goals, cfg.webshop.test_goals = 600, 40, 20

@@ -1,11 +1,10 @@
-"""Eval tests reuse the fake env and backends of tests/rollout (workers import them by module name)."""
+"""Eval tests reuse the fake env and backends of tests/fakes/steps.py."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "rollout"))
 sys.path.insert(0, str(Path(__file__).parent))
 
 

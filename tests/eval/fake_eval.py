@@ -9,9 +9,9 @@ import functools
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "rollout"))
+sys.path.insert(0, str(Path(__file__).parents[2]))  # run as a script: the checkout root, for tests.fakes
 
-from rollout_fakes import TeacherBackend, make_fake_env  # noqa: E402
+from tests.fakes.steps import TeacherBackend, make_fake_env  # noqa: E402
 
 from evoharness_rl.config import Config  # noqa: E402
 from evoharness_rl.eval.evaluate import evaluate  # noqa: E402

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from fake_eval import fake_config, fake_engine
-from rollout_fakes import ListBackend, make_fake_env
+from tests.fakes.steps import ListBackend, make_fake_env
 
 from evoharness_rl.errors import UserError
 from evoharness_rl.eval.collect import collect

@@ -28,8 +28,7 @@ from evoharness_rl.experience import ExperienceBank, consolidate, make_consolida
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("alfworld")
-prepare_module = pytest.importorskip("evoharness_rl.envs.alfworld.prepare")
-pytest.importorskip("evoharness_rl.envs.alfworld.teacher")
+from evoharness_rl.envs.alfworld import prepare as prepare_module  # noqa: E402
 from evoharness_rl.envs import make_env  # noqa: E402
 from evoharness_rl.envs.alfworld import gamefile  # noqa: E402
 from evoharness_rl.envs.alfworld.rooms import placement_priors  # noqa: E402

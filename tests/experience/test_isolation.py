@@ -6,7 +6,7 @@ import pickle
 from evoharness_rl.experience import ExperienceBank, LLMConsolidator, consolidate
 from evoharness_rl.experience.operations import Operation
 from evoharness_rl.rollout.episode import Episode, EpisodeSettings
-from tests.harness.fakes import KeyEnv
+from tests.fakes.keys import KeyEnv
 
 
 def start(snapshot, task):

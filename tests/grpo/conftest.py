@@ -1,13 +1,10 @@
-"""Fixtures for GRPO tests: a tiny local model and the fake environment (grpo_fakes.py)."""
+"""Fixtures for GRPO tests: a tiny local model and the fake environment (tests/fakes/count.py)."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # pool workers unpickle grpo_fakes.* by module name
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +18,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def warm_model_dir(tiny_model_dir, tmp_path_factory) -> Path:
     """The tiny model after a short SFT on the fake env's response formats (a varied, parseable policy)."""
-    from grpo_fakes import warm_start
+    from tests.fakes.count import warm_start
 
     return warm_start(tiny_model_dir, tmp_path_factory.mktemp("models") / "warm")
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests.fakes.choice import warm_choice_policy
-from tests.grpo.grpo_fakes import tiny_config
+from tests.fakes.count import tiny_config
 
 pytestmark = pytest.mark.slow
 UPDATES = 16

@@ -13,7 +13,7 @@ from evoharness_rl.grpo.policy import token_logprobs
 
 @pytest.mark.parametrize("context, temperature", [("per_turn", 1.0), ("accumulated", 1.0), ("per_turn", 0.7)])
 def test_trainer_logprobs_match_hf_sampling_logprobs(tiny_model_dir, context, temperature):
-    from grpo_fakes import make_count_env
+    from tests.fakes.count import make_count_env
     from transformers import AutoModelForCausalLM
 
     from evoharness_rl.engines.base import SamplingSettings

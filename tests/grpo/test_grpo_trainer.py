@@ -17,12 +17,13 @@ import torch
 from safetensors.torch import load_file
 
 from evoharness_rl.config import ConfigError
+from evoharness_rl.errors import Refusal
 from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo.core import lambda_div
 from evoharness_rl.grpo.trainer import run_grpo
 from evoharness_rl.runlog import read_metrics
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).parents[2]  # the checkout: subprocesses import tests.fakes from it
 COMPONENTS = (
     "success_rate", "reward/r_grpo", "reward/r_div", "reward/r_eff", "reward/total", "lambda_div",
     "harness_calls_per_episode", "harness/track_per_episode", "harness/commit_per_episode",
@@ -33,7 +34,7 @@ COMPONENTS = (
 
 
 def _grpo(model_dir, out_dir, **grpo):
-    from grpo_fakes import make_count_env, tiny_config
+    from tests.fakes.count import make_count_env, tiny_config
 
     cfg = tiny_config(model_dir, out_dir, **grpo)
     return cfg, functools.partial(make_count_env)
@@ -136,15 +137,15 @@ def test_existing_checkpoints_need_resume(tmp_path):
     (tmp_path / "run" / ckpt.CHECKPOINTS / "update_000001").mkdir(parents=True)
     (tmp_path / "run" / ckpt.CHECKPOINTS / "update_000001" / "trainer_state.json").write_text("{}")
     cfg, envs = _grpo(tmp_path / "no-model-needed", tmp_path / "run")
-    with pytest.raises(RuntimeError, match="resume=true"):
+    with pytest.raises(Refusal, match="already holds a GRPO run .*resume=true"):
         run_grpo(cfg, env_factory=envs)
 
 
 def _subprocess_run(model_dir: Path, out_dir: Path, resume: bool, policy=None, extra_env=None, marker_dir=None,
                     **grpo) -> subprocess.Popen:
     code = (
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import torch; torch.set_num_threads(1)\n"
-        "from grpo_fakes import run_count_grpo\n"
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import torch; torch.set_num_threads(1)\n"
+        "from tests.fakes.count import run_count_grpo\n"
         "if __name__ == '__main__':\n"
         f"    run_count_grpo({str(model_dir)!r}, {str(out_dir)!r}, resume={resume}, policy={policy!r}, "
         f"marker_dir={marker_dir!r}, **{grpo!r})\n"
@@ -229,8 +230,8 @@ def test_two_process_ddp_on_cpu(warm_model_dir, tmp_path):
     """torchrun with 2 CPU processes (gloo): each rolls out its own prompts; one update, one shared model."""
     code = tmp_path / "ddp.py"
     code.write_text(
-        f"import sys; sys.path.insert(0, {str(HERE)!r}); import torch; torch.set_num_threads(1)\n"
-        "from grpo_fakes import run_count_grpo\n"
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); import torch; torch.set_num_threads(1)\n"
+        "from tests.fakes.count import run_count_grpo\n"
         "if __name__ == '__main__':\n"
         f"    run_count_grpo({str(warm_model_dir)!r}, {str(tmp_path / 'run')!r}, updates=2)\n"
     )

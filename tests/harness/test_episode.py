@@ -6,7 +6,7 @@ import pytest
 
 from evoharness_rl.harness.workspace import HarnessSwitches
 from evoharness_rl.rollout.episode import Episode, EpisodeSettings
-from tests.harness.fakes import KeyEnv, StaticExperience
+from tests.fakes.keys import KeyEnv, StaticExperience
 
 
 def _episode(**kw):

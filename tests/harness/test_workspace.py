@@ -2,7 +2,7 @@
 
 from evoharness_rl.harness.protocol import parse_response
 from evoharness_rl.harness.workspace import HarnessMode, HarnessSwitches, Progress, Workspace
-from tests.harness.fakes import KeyBelief, StaticExperience
+from tests.fakes.keys import KeyBelief, StaticExperience
 
 
 def _workspace(mode="adaptive", **switches):

@@ -1,18 +1,14 @@
-"""Fixtures for rollout tests. The fake env itself is in rollout_fakes.py (workers import it by name)."""
+"""Fixtures for rollout tests. The fake env itself is tests/fakes/steps.py (workers import it by name)."""
 
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # pool workers unpickle rollout_fakes.* by module name
+from tests.fakes.steps import make_fake_env
 
-from rollout_fakes import make_fake_env  # noqa: E402
-
-from evoharness_rl.rollout.episode import EpisodeSettings  # noqa: E402
+from evoharness_rl.rollout.episode import EpisodeSettings
 
 
 @pytest.fixture

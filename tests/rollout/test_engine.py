@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rollout_fakes import ListBackend, TeacherBackend
+from tests.fakes.steps import ListBackend, TeacherBackend
 
 from evoharness_rl.config import RewardConfig
 from evoharness_rl.rollout.engine import EpisodeJob, RolloutEngine

@@ -7,8 +7,6 @@ responses, including harness verbs and one invalid turn, as a scripted teacher w
 
 from __future__ import annotations
 
-import sys
-import types
 
 import pytest
 
@@ -62,9 +60,13 @@ FAKE_ENV = "sftfake"
 
 @pytest.fixture
 def fake_env(monkeypatch):
-    """Registers `evoharness_rl.envs.sftfake` whose EnvSpec has prompt_version "1" (for run_sft's version check)."""
-    module = types.ModuleType(f"evoharness_rl.envs.{FAKE_ENV}")
-    module.SPEC = EnvSpec(name=FAKE_ENV, system_prompts={"adaptive": SYSTEM}, turn_template="{observation}",
-                          prompt_version="1")
-    monkeypatch.setitem(sys.modules, module.__name__, module)
+    """Registers the env `sftfake`, whose EnvSpec has prompt_version "1" (for run_sft's version check)."""
+    import evoharness_rl.envs as envs
+
+    spec = EnvSpec(name=FAKE_ENV, system_prompts={"adaptive": SYSTEM}, turn_template="{observation}", prompt_version="1")
+    monkeypatch.setitem(envs._REGISTRY, FAKE_ENV, envs.EnvEntry(builder=_never_built, spec=spec))
     return FAKE_ENV
+
+
+def _never_built(env_cfg):
+    raise AssertionError("SFT reads the prompt version from the registered spec; it never builds the env")

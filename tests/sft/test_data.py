@@ -103,22 +103,26 @@ def test_load_rejects_dataset_built_with_another_prompt_version(tmp_path):
         data.load_sft_dataset(tmp_path, "1")
 
 
-def test_find_env_spec_reads_the_spec_from_the_env_package(monkeypatch):
+def test_prompt_version_comes_from_the_registered_spec_without_building_the_env(monkeypatch, tmp_path):
+    import evoharness_rl.envs as envs
+
     spec = EnvSpec(name="fakeenv", system_prompts={"adaptive": "s"}, turn_template="{observation}",
                    prompt_version="7")
-    module = types.ModuleType("evoharness_rl.envs.fakeenv")
 
-    class FakeEnv:  # the spec as a class attribute, as adapters declare it
-        pass
+    def build(env_cfg):
+        raise AssertionError("the env must not be built to learn its prompt version")
 
-    FakeEnv.spec = spec
-    module.FakeEnv = FakeEnv
-    monkeypatch.setitem(sys.modules, "evoharness_rl.envs.fakeenv", module)
-    assert data.find_env_spec("fakeenv") is spec
+    monkeypatch.setitem(envs._REGISTRY, "fakeenv", envs.EnvEntry(build, spec=spec))
     assert data.current_prompt_version("fakeenv") == "7"
     # compact-prompt episodes carry their own version, so a paper-prompt dataset is rejected under compact
     assert data.current_prompt_version("fakeenv", types.SimpleNamespace(prompt_style="compact")) == "7+compact"
-    assert data.find_env_spec("no_such_env") is None
+    with pytest.raises(data.SFTDataError, match="no EnvSpec found for env 'no_such_env'"):
+        data.current_prompt_version("no_such_env")
+    # ALFWorld's version needs no generated games (`sft sft.data=DIR` with an empty env.data_dir)
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs.alfworld.prompts import PROMPT_VERSION
+
+    assert data.current_prompt_version("alfworld", EnvConfig(data_dir=str(tmp_path / "none"))) == PROMPT_VERSION
 
 
 # ---------------------------------------------------------------------------- tokenization

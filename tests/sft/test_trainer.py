@@ -146,7 +146,7 @@ def test_two_cpu_processes_share_one_dataset_and_log_once(tmp_path, tiny_model):
     import subprocess
     import sys
 
-    version = data.find_env_spec("webshop").prompt_version
+    version = data.current_prompt_version("webshop")
     folder = tmp_path / "collect"
     write_jsonl(folder / "trajectories.jsonl",
                 [make_trajectory(i, env="webshop", prompt_version=version) for i in range(6)])

@@ -18,21 +18,15 @@ import itertools
 import signal
 import time
 
-from evoharness_rl.envs.base import Environment, EnvSpec, StepResult, Task, Teacher
+from evoharness_rl.envs.base import Environment, StepResult, Task, Teacher
 from evoharness_rl.harness.belief import Belief
+from tests.fakes import harness_spec
 
 SYSTEM = "You solve fake tasks. Answer as <think>...</think><action>ACTION</action>."
-SPEC = EnvSpec(
-    name="fake",
-    system_prompts={
-        "env_only": SYSTEM,
-        "always_on": SYSTEM + " Harness views are shown every turn.",
-        "adaptive": SYSTEM + " You may also use track [q], commit [subgoal], recall [q], note [insight].",
-    },
-    turn_template=(
-        "OBJECTIVE: {objective}\nOBSERVATION: {observation}\nADMISSIBLE COMMANDS: {actions}\n"
-        "PREVIOUS ACTIONS:\n{history}\n{harness_views}"
-    ),
+SPEC = harness_spec(
+    "fake", SYSTEM,
+    "OBJECTIVE: {objective}\nOBSERVATION: {observation}\nADMISSIBLE COMMANDS: {actions}\nPREVIOUS ACTIONS:\n{history}\n"
+    "{harness_views}",
 )
 FAMILIES = ("pick", "clean", "heat")
 _INSTANCES = itertools.count(1)  # per process: tells tests whether env instances are reused

@@ -12,20 +12,14 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from evoharness_rl.envs.base import Environment, EnvSpec, StepResult, Task, Teacher
+from evoharness_rl.envs.base import Environment, StepResult, Task, Teacher
 from evoharness_rl.harness.belief import Belief
+from tests.fakes import harness_spec
 
 SYSTEM = "You count steps. Answer as <think>...</think><action>ACTION</action>."
-SPEC = EnvSpec(
-    name="count",
-    system_prompts={
-        "env_only": SYSTEM,
-        "always_on": SYSTEM + " Harness views are shown every turn.",
-        "adaptive": SYSTEM + " You may also use track [q], commit [subgoal], recall [q], note [insight].",
-    },
-    turn_template=(
-        "OBJECTIVE: {objective}\nOBSERVATION: {observation}\nACTIONS: {actions}\nHISTORY:\n{history}\n{harness_views}"
-    ),
+SPEC = harness_spec(
+    "count", SYSTEM,
+    "OBJECTIVE: {objective}\nOBSERVATION: {observation}\nACTIONS: {actions}\nHISTORY:\n{history}\n{harness_views}",
 )
 FAMILIES = ("a", "b")
 RESPONSES = (
