@@ -219,6 +219,7 @@ class GRPOConfig:
     eval_limit: int = 32  # tasks in each periodic validation, drawn from every task family of the split in turn
     save_every: int = 10  # checkpoint every N updates
     keep_checkpoints: int = 2  # newest checkpoints kept in out_dir/checkpoints (older ones are deleted; 0: keep all)
+    keep_trajectories: int = 4  # episodes of each update saved to out_dir/trajectories/update_NNNNNN/ (no token ids; `view` and the wandb table show them; 0: none)
     lr_warmup_steps: int = 0  # optimizer steps of linear learning-rate warmup (0: constant lr, as in the paper)
     max_bad_updates: int = 5  # stop after this many skipped (NaN/inf) updates
     gradient_checkpointing: Optional[bool] = None  # null: on with a GPU, off on CPU
@@ -345,7 +346,7 @@ def validate(cfg: Config) -> Config:
                  "reward.lambda_div_max", "reward.lambda_eff", "policy.temperature", "policy.max_retries",
                  "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
                  "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
-                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps"):
+                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction"):

@@ -171,6 +171,7 @@ class Episode:
         turn.index, turn.messages, turn.response = len(rec.turns), messages, response
         turn.action_kind, turn.action, turn.verb = parsed.kind.value, parsed.action, parsed.verb
         turn.invalid_reason, turn.observation, turn.harness_view, turn.repeated = parsed.reason, result, view, repeated
+        turn.belief, turn.progress = self.workspace.state()
         rec.turns.append(turn)
         self._history.append(f"{len(self._history) + 1}. {canonical} -> {_short(result)}")
         if self.last_env.done or rec.steps >= s.max_steps:
