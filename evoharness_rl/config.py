@@ -20,7 +20,7 @@ from omegaconf import MISSING
 from evoharness_rl.envs import env_names
 from evoharness_rl.errors import UserError
 
-COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model")
+COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model", "view")
 HARNESS_MODES = ("env_only", "always_on", "adaptive")
 CONTEXTS = ("per_turn", "accumulated")
 PROMPT_STYLES = ("paper", "compact")
@@ -268,14 +268,14 @@ class LoggerConfig:
 
 @dataclass
 class Config:
-    command: str = "eval"  # set by the CLI: prepare | collect | sft | grpo | eval | consolidate | report | init-model
+    command: str = "eval"  # set by the CLI: prepare | collect | sft | grpo | eval | consolidate | report | init-model | view
     out_dir: str = MISSING  # run directory (default: outputs/<command>/<timestamp>)
     seed: int = 0  # global seed (sampling, task order of training, init)
     split: str = "valid_seen"  # eval/collect split: train | valid_seen | valid_unseen | test
     limit: Optional[int] = None  # eval/collect: only the first N tasks of the split (fixed order)
     episodes_per_task: int = 1  # eval/collect: episodes per task
     resume: bool = False  # grpo/sft/eval: continue the run in out_dir
-    runs: list[str] = field(default_factory=list)  # report: run directories to tabulate
+    runs: list[str] = field(default_factory=list)  # report / view: run directories to tabulate / show
     size: str = "tiny"  # init-model: tiny (~1M) | mini (~2.3M) | small (~10M) | base (~50M)
     out: Optional[str] = None  # init-model: output directory
     device: str = "auto"  # auto | cpu | cuda

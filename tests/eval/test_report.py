@@ -59,6 +59,10 @@ def test_report_of_a_real_eval_run_uses_its_families(tmp_path):
     header = next(line for line in text.splitlines() if line.startswith("| Run"))
     assert "| clean | heat | pick | Avg. |" in header
     assert "| scripted | adaptive | scripted | 100.0 | 100.0 | 100.0 | 100.0 |" in text
+    cost = next(line for line in text.splitlines() if line.startswith("| scripted | eval"))
+    summary = json.loads((tmp_path / "scripted" / "summary.json").read_text())["cost"]
+    # episodes, successes, prompt and generated tokens (none: a text policy), env steps, harness calls
+    assert cost.startswith(f"| scripted | eval | 6 | 6 | – | – | {summary['env_steps']} | {summary['harness_calls']} |")
 
 
 def test_bad_run_directories_are_named(tmp_path):
