@@ -24,6 +24,7 @@ COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report"
 HARNESS_MODES = ("env_only", "always_on", "adaptive")
 CONTEXTS = ("per_turn", "accumulated")
 PROMPT_STYLES = ("paper", "compact")
+PROMPT_VARIANTS = ("full", "stripped")
 BACKENDS = ("hf", "vllm", "vllm_server", "openai", "scripted", "replay")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONSOLIDATORS = ("none", "heuristic", "openai", "self")
@@ -74,6 +75,7 @@ class EnvConfig:
     data_dir: str = "data"  # where `prepare` writes generated data (relative to the working directory)
     context: str = "per_turn"  # per_turn (fresh prompt each turn) | accumulated (one growing conversation)
     prompt_style: str = "paper"  # paper (the paper's system prompts) | compact (two lines, for small local models)
+    prompt_variant: str = "full"  # full | stripped: adaptive mode without the harness-usage instructions in the system prompt; the four verbs stay valid actions (paper Table 9)
     max_steps_train: int = 70  # step budget of a training episode (env + harness actions)
     max_steps_eval: int = 50  # step budget of an evaluation episode
     recall_k: int = 3  # entries returned by recall [query] (paper: 3 ALFWorld / 6 WebShop / 3 WebArena)
@@ -316,6 +318,7 @@ def validate(cfg: Config) -> Config:
     _choice("env.name", cfg.env.name, env_names())
     _choice("env.context", cfg.env.context, CONTEXTS)
     _choice("env.prompt_style", cfg.env.prompt_style, PROMPT_STYLES)
+    _choice("env.prompt_variant", cfg.env.prompt_variant, PROMPT_VARIANTS)
     _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
     _choice("env.alfworld.expert", cfg.env.alfworld.expert, ("handcoded", "planner"))
     _choice("env.webshop.backend", cfg.env.webshop.backend, ("sim", "real"))

@@ -321,6 +321,7 @@ def _run_summary(cfg, records, tasks, fp, bank_hash, bank, wall_s, consolidator_
 
     summary = {
         "env": cfg.env.name, "split": cfg.split, "mode": cfg.harness.mode, "context": cfg.env.context,
+        "prompt_variant": cfg.env.prompt_variant,
         "policy": cfg.policy.backend, "model": cfg.model.path, "tasks": len(tasks),
         "episodes_per_task": cfg.episodes_per_task, "seed": cfg.seed,
         **summarize(records),

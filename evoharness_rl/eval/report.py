@@ -108,7 +108,7 @@ def split_rows(env: str, split: str, runs: list[dict]) -> tuple[list[str], list[
     lines = []
     for run, s in zip(runs, summaries):
         per_family = s.get("per_family", {})
-        cells = [run["name"], s.get("mode", ""), _policy_label(s)]
+        cells = [run["name"], _mode_label(s), _policy_label(s)]
         cells += [_pct(per_family.get(key, {}).get("success_rate")) for key, _ in families]
         cells += [_pct(s.get("success_rate")), _num(s.get("score")), _num(s.get("harness_calls_per_episode")),
                   _num(s.get("invalid_actions_per_episode")), _num(s.get("steps")), str(s.get("episodes", 0)),
@@ -163,7 +163,7 @@ def seen_unseen_table(runs: list[dict]) -> Optional[str]:
     for run in runs:
         s = run["summary"]
         if s.get("split") in SPLIT_NAMES:
-            key = (s.get("env"), s.get("mode"), _policy_label(s))
+            key = (s.get("env"), _mode_label(s), _policy_label(s))
             pairs.setdefault(key, {})[SPLIT_NAMES[s["split"]]] = s
     rows = {k: v for k, v in pairs.items() if len(v) == 2}
     if not rows:
@@ -175,6 +175,12 @@ def seen_unseen_table(runs: list[dict]) -> Optional[str]:
         lines.append(_row([env, mode, policy, _pct(seen.get("success_rate")), _pct(unseen.get("success_rate")),
                            _num(seen.get("harness_calls_per_episode")), _num(unseen.get("harness_calls_per_episode"))]))
     return "\n".join(lines)
+
+
+def _mode_label(summary: dict) -> str:
+    """The harness mode, and the prompt variant when it is not the full prompt (env.prompt_variant)."""
+    variant = summary.get("prompt_variant", "full")
+    return summary.get("mode", "") + ("" if variant in ("full", None) else f" ({variant} prompt)")
 
 
 def _policy_label(summary: dict) -> str:

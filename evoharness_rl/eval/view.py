@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from evoharness_rl.eval.report import (ALFWORLD_FAMILIES, COST_COLUMNS, SPLIT_NAMES, ReportError, cost_rows,
-                                       dynamics_figure, families_figure, family_columns, load_run, run_cost,
-                                       split_rows, training_figure)
+from evoharness_rl.eval.report import (ALFWORLD_FAMILIES, COST_COLUMNS, SPLIT_NAMES, ReportError, _mode_label,
+                                       cost_rows, dynamics_figure, families_figure, family_columns, load_run,
+                                       run_cost, split_rows, training_figure)
 from evoharness_rl.fileio import atomic_replace_dir, atomic_write_text
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 
@@ -85,7 +85,8 @@ class Episode:
     @property
     def tokens(self) -> tuple[int, int]:
         turns = self.data.get("turns", [])
-        return sum(len(t.get("prompt_ids") or []) for t in turns), sum(len(t.get("completion_ids") or []) for t in turns)
+        prompt = sum(len(t.get("prompt_ids") or []) for t in turns)
+        return prompt, sum(len(t.get("completion_ids") or []) for t in turns)
 
     def href(self, depth: int) -> str:
         return f"{'../' * depth}episodes/{self.run}/{self.slug}.html"
@@ -195,7 +196,8 @@ tr.won td.outcome{color:#176b2c;font-weight:600}tr.lost td.outcome{color:#a31d1d
 pre{white-space:pre-wrap;word-break:break-word;background:#f6f7f9;border:1px solid #e1e4e8;padding:.4em;margin:.2em 0;
 font-size:.85em;max-height:30em;overflow:auto}
 .turn{border:1px solid #ccd;border-radius:4px;margin:.8em 0;padding:.3em .8em}
-.turn.harness{border-left:5px solid #3a6ea5}.turn.env{border-left:5px solid #5b8c3a}.turn.invalid{border-left:5px solid #b33}
+.turn.harness{border-left:5px solid #3a6ea5}.turn.env{border-left:5px solid #5b8c3a}
+.turn.invalid{border-left:5px solid #b33}
 .label{font-weight:600;font-size:.85em;color:#555}.tag{display:inline-block;padding:0 .4em;border-radius:3px;
 background:#eef0f4;font-size:.85em;margin-right:.3em}
 .filters label{margin-right:1em}.plot svg{max-width:100%;height:auto}
@@ -210,7 +212,9 @@ function applyFilters(tableId){
   var shown=0;
   table.querySelectorAll('tbody tr').forEach(function(row){
     var ok=true;
-    selects.forEach(function(s){ if(s.value!=='' && row.getAttribute('data-'+s.getAttribute('data-filter'))!==s.value){ok=false;} });
+    selects.forEach(function(s){
+      if(s.value!=='' && row.getAttribute('data-'+s.getAttribute('data-filter'))!==s.value){ok=false;}
+    });
     row.hidden=!ok; if(ok){shown++;}
   });
   document.getElementById(tableId+'-count').textContent=shown;
@@ -367,14 +371,15 @@ def runs_table(runs: list[SiteRun], depth: int) -> str:
         metrics = [m for m in r.run["metrics"] if m.get("update", -1) >= 0]
         last_val = next((m["val/success_rate"] for m in reversed(r.run["metrics"]) if "val/success_rate" in m), None)
         success = s.get("success_rate") if r.summary else last_val
+        last_val_note = " (last validation)" if r.summary is None and success is not None else ""
         rows.append("<tr>" + "".join([
             f'<td><a href="{esc(r.href(depth))}">{esc(r.name)}</a></td>', f"<td>{esc(r.kind)}</td>",
             f"<td>{esc(s.get('env', _config_value(r, 'env', 'name')))}</td>", f"<td>{esc(s.get('split', ''))}</td>",
-            f"<td>{esc(s.get('mode', _config_value(r, 'harness', 'mode')))}</td>",
+            f"<td>{esc(_mode_label(s) if s else _config_value(r, 'harness', 'mode'))}</td>",
             f"<td>{esc(_policy(r))}</td>",
             f'<td class=num>{esc(s.get("episodes", len(r.episodes)))}</td>',
             f'<td class=num>{esc(len(metrics) if r.summary is None else "")}</td>',
-            f"<td class=num>{esc(_pct(success))}{' (last validation)' if r.summary is None and success is not None else ''}</td>",
+            f"<td class=num>{esc(_pct(success))}{esc(last_val_note)}</td>",
             f'<td class=num>{esc(_num(s.get("harness_calls_per_episode")))}</td>',
             f'<td class=num>{esc(len(r.episodes))}</td>',
         ]) + "</tr>")
@@ -587,8 +592,8 @@ def reward_html(ep: Episode) -> str:
 def run_page(run: SiteRun) -> str:
     s, parts = run.summary, [f'<p class="muted">{esc(run.run["dir"])}</p>']
     if s is not None:
-        facts = [(k, s.get(k)) for k in ("env", "split", "mode", "context", "policy", "model", "tasks",
-                                         "episodes_per_task", "seed", "episodes", "errors")]
+        facts = [(k, s.get(k)) for k in ("env", "split", "mode", "prompt_variant", "context", "policy", "model",
+                                         "tasks", "episodes_per_task", "seed", "episodes", "errors")]
         facts += [("success rate", _pct(s.get("success_rate"))), ("score", _num(s.get("score"))),
                   ("steps / episode", _num(s.get("steps"))), ("harness calls / episode",
                                                              _num(s.get("harness_calls_per_episode"))),
