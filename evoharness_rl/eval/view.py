@@ -303,6 +303,8 @@ def _check_target(target: Path, run_dirs: list[Path]) -> None:
         r = run_dir.resolve()
         if resolved == r or resolved in r.parents:
             raise ReportError(f"out_dir={target} holds the run {run_dir}; write the site to another folder")
+    if target.exists() and not target.is_dir():
+        raise ReportError(f"out_dir={target} is a file; give a folder for the site")
     if target.is_dir() and not (target / SITE_MARKER).exists():
         foreign = [p.name for p in target.iterdir() if p.name not in KEEP_FROM_OLD]
         if foreign:

@@ -82,6 +82,9 @@ def test_bad_run_dirs_and_foreign_out_dirs_are_one_line_errors(runs, tmp_path):
         build_site([tmp_path / "missing"], tmp_path / "site")
     with pytest.raises(ReportError, match="holds the run"):
         build_site([runs / "adaptive"], runs)  # would replace the runs themselves
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ReportError, match="is a file"):
+        build_site([runs / "adaptive"], tmp_path / "a_file")
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "thesis.tex").write_text("keep me")
     with pytest.raises(ReportError, match="not a site written by `view`"):
