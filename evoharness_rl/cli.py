@@ -22,6 +22,7 @@ COMMAND_HELP = {
     "consolidate": "run Experience consolidation offline over saved trajectories",
     "report": "Markdown tables and plots from run directories (runs=[dir,...])",
     "init-model": "build a small local tokenizer + Qwen3-architecture model (size=tiny|small|base out=DIR)",
+    "view": "a static HTML site over run directories: tables, plots, cost, every episode (runs=[dir,...] out_dir=SITE)",
 }
 
 USAGE = """usage: evoharness-rl <command> [key=value ...] [--multirun] [--cfg job]
@@ -325,6 +326,12 @@ def _report(cfg) -> None:
     report_command(cfg)
 
 
+def _view(cfg) -> None:
+    from evoharness_rl.eval.view import view_command
+
+    view_command(cfg)
+
+
 def _init_model(cfg) -> None:
     from evoharness_rl.errors import UserError
     from evoharness_rl.models import init_model
@@ -344,4 +351,5 @@ _COMMANDS = {
     "consolidate": _consolidate,
     "report": _report,
     "init-model": _init_model,
+    "view": _view,
 }

@@ -20,10 +20,11 @@ from omegaconf import MISSING
 from evoharness_rl.envs import env_names
 from evoharness_rl.errors import UserError
 
-COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model")
+COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model", "view")
 HARNESS_MODES = ("env_only", "always_on", "adaptive")
 CONTEXTS = ("per_turn", "accumulated")
 PROMPT_STYLES = ("paper", "compact")
+PROMPT_VARIANTS = ("full", "stripped")
 BACKENDS = ("hf", "vllm", "vllm_server", "openai", "scripted", "replay")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONSOLIDATORS = ("none", "heuristic", "openai", "self")
@@ -74,6 +75,7 @@ class EnvConfig:
     data_dir: str = "data"  # where `prepare` writes generated data (relative to the working directory)
     context: str = "per_turn"  # per_turn (fresh prompt each turn) | accumulated (one growing conversation)
     prompt_style: str = "paper"  # paper (the paper's system prompts) | compact (two lines, for small local models)
+    prompt_variant: str = "full"  # full | stripped: adaptive mode without the harness-usage instructions in the system prompt; the four verbs stay valid actions (paper Table 9)
     max_steps_train: int = 70  # step budget of a training episode (env + harness actions)
     max_steps_eval: int = 50  # step budget of an evaluation episode
     recall_k: int = 3  # entries returned by recall [query] (paper: 3 ALFWorld / 6 WebShop / 3 WebArena)
@@ -220,6 +222,7 @@ class GRPOConfig:
     eval_limit: int = 32  # tasks in each periodic validation, drawn from every task family of the split in turn
     save_every: int = 10  # checkpoint every N updates
     keep_checkpoints: int = 2  # newest checkpoints kept in out_dir/checkpoints (older ones are deleted; 0: keep all)
+    keep_trajectories: int = 4  # episodes of each update saved to out_dir/trajectories/update_NNNNNN/ (no token ids; `view` and the wandb table show them; 0: none)
     lr_warmup_steps: int = 0  # optimizer steps of linear learning-rate warmup (0: constant lr, as in the paper)
     max_bad_updates: int = 5  # stop after this many skipped (NaN/inf) updates
     gradient_checkpointing: Optional[bool] = None  # null: on with a GPU, off on CPU
@@ -268,7 +271,7 @@ class LoggerConfig:
 
 @dataclass
 class Config:
-    command: str = "eval"  # set by the CLI: prepare | collect | sft | grpo | eval | consolidate | report | init-model
+    command: str = "eval"  # set by the CLI: prepare | collect | sft | grpo | eval | consolidate | report | init-model | view
     out_dir: str = MISSING  # run directory (default: outputs/<command>/<timestamp>)
     seed: int = 0  # global seed (sampling, task order of training, init)
     split: str = "valid_seen"  # eval/collect split: train | valid_seen | valid_unseen | test
@@ -276,7 +279,7 @@ class Config:
     episodes_per_task: int = 1  # eval/collect: episodes per task
     max_error_rate: float = 0.05  # eval/collect: warn when a larger share of episodes errored (all errored: exit 1)
     resume: bool = False  # grpo/sft/eval: continue the run in out_dir
-    runs: list[str] = field(default_factory=list)  # report: run directories to tabulate
+    runs: list[str] = field(default_factory=list)  # report / view: run directories to tabulate / show
     size: str = "tiny"  # init-model: tiny (~1M) | mini (~2.3M) | small (~10M) | base (~50M)
     out: Optional[str] = None  # init-model: output directory
     device: str = "auto"  # auto | cpu | cuda
@@ -317,6 +320,7 @@ def validate(cfg: Config) -> Config:
     _choice("env.name", cfg.env.name, env_names())
     _choice("env.context", cfg.env.context, CONTEXTS)
     _choice("env.prompt_style", cfg.env.prompt_style, PROMPT_STYLES)
+    _choice("env.prompt_variant", cfg.env.prompt_variant, PROMPT_VARIANTS)
     _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
     _choice("env.alfworld.expert", cfg.env.alfworld.expert, ("handcoded", "planner"))
     _choice("env.webshop.backend", cfg.env.webshop.backend, ("sim", "real"))
@@ -349,7 +353,7 @@ def validate(cfg: Config) -> Config:
                  "reward.lambda_div_max", "reward.lambda_eff", "policy.temperature", "policy.max_retries",
                  "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
                  "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
-                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps"):
+                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate"):

@@ -99,6 +99,13 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in values.items() if isinstance(v, (int, float))}, step=step)
 
+    def table(self, name: str, columns: list[str], rows: list[list], step: int) -> None:
+        """A table of rows (wandb only: `wandb.Table` logged under `name`; the JSON records are the files)."""
+        if self._wandb is not None and rows:
+            import wandb
+
+            self._wandb.log({name: wandb.Table(columns=list(columns), data=[list(r) for r in rows])}, step=step)
+
     def close(self) -> None:
         if self._wandb is not None:
             self._wandb.finish()
@@ -111,8 +118,9 @@ class RunLogger:
 def _start_wandb(out_dir: Path, logger_cfg: Any, config: Optional[dict]):
     import wandb
 
-    # Without a key wandb would prompt or fail; offline mode never blocks and can be synced later.
-    mode = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    # Without a key wandb would prompt or fail; offline mode never blocks and can be synced later
+    # (`wandb sync out_dir/wandb/offline-run-*`). WANDB_MODE, when set, decides.
+    mode = os.environ.get("WANDB_MODE") or ("online" if os.environ.get("WANDB_API_KEY") else "offline")
     return wandb.init(
         project=logger_cfg.project,
         entity=logger_cfg.entity,

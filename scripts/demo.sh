@@ -11,6 +11,7 @@
 #   6. eval       greedy, every task of valid_seen and valid_unseen, for five rows: the untrained model,
 #                 SFT and GRPO each without a bank and with GRPO's evolved bank
 #   7. report     outputs/demo/report/{report.md,table.json,table.md} and plots
+#   8. site       outputs/demo/site/index.html: every run and episode in a browser (`evoharness-rl view`)
 #
 # Stages whose output already exists are skipped, so an interrupted demo resumes.
 # DEMO_DIR (default outputs/demo) and extra Hydra overrides ("$@") are passed to every stage.
@@ -70,4 +71,6 @@ stage "report"
 runs=$(printf "$D/eval_%s," {untrained_none,sft_none,sft_evolved,grpo_none,grpo_evolved}_{valid_seen,valid_unseen})
 "${CLI[@]}" report "runs=[${runs}$D/grpo]" "out_dir=$D/report" > /dev/null
 "$PY" scripts/demo_table.py "$D"
-printf '\nDemo finished in %d s. Report: %s/report/report.md\n' $((SECONDS - start)) "$D"
+stage "site"
+"${CLI[@]}" view "runs=[$D/grpo,${runs%,}]" "out_dir=$D/site" > /dev/null
+printf '\nDemo finished in %d s. Report: %s/report/report.md; site: %s/site/index.html\n' $((SECONDS - start)) "$D" "$D"

@@ -238,8 +238,8 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
         ident = identity(cfg, bank_hash, version)
         fp = _hash(ident)
         claim_out_dir(out, ident, fp)
-        records = _play(cfg, engine, jobs, bank, fp, out, log)
-        summary = _run_summary(cfg, records, tasks, fp, bank_hash, bank, time.monotonic() - start)
+        records, llm_calls = _play(cfg, engine, jobs, bank, fp, out, log)
+        summary = _run_summary(cfg, records, tasks, fp, bank_hash, bank, time.monotonic() - start, llm_calls)
         atomic_write_json(out / SUMMARY_FILE, summary)
         log.info(f"eval done: success_rate={summary['success_rate']} episodes={summary['episodes']} "
                  f"errors={summary['errors']} -> {out / SUMMARY_FILE}")
@@ -250,8 +250,9 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
     return EvalResult(summary, records, version)
 
 
-def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger) -> list[Trajectory]:
-    """Play the jobs without a valid record; returns every job's record in job order."""
+def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger) -> tuple[list[Trajectory], int]:
+    """Play the jobs without a valid record; returns every job's record in job order and the consolidator's LLM
+    calls made by this invocation (windows a resumed run loads from disk are not counted again)."""
     root = out / TRAJECTORY_DIR
     paths = [record_path(root, job, cfg.seed) for job in jobs]
     records: list[Optional[Trajectory]] = [_reusable(p, fp) for p in paths]
@@ -267,6 +268,7 @@ def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger) -> list[Trajec
 
     online = cfg.experience.evolve == "online"
     consolidator = window_consolidator(cfg, engine) if online else None
+    llm_calls = 0
     for k, (lo, hi) in enumerate(windows):
         if online and _load_window_bank(out, k, records[lo:hi], bank):
             continue
@@ -276,11 +278,11 @@ def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger) -> list[Trajec
             engine.run([jobs[i] for i in todo], settings, snapshot,
                        on_finish=lambda j, traj: keep(todo[j], traj))
         if online:
-            _consolidate_window(cfg, bank, consolidator, records[lo:hi], log)
+            llm_calls += _consolidate_window(cfg, bank, consolidator, records[lo:hi], log)
             bank.save(_window_bank_path(out, k))
     if online:
         bank.save(out / EVOLVED_BANK_FILE)
-    return records  # type: ignore[return-value]
+    return records, llm_calls  # type: ignore[return-value]
 
 
 def claim_out_dir(out: Path, ident: dict, fp: str) -> None:
@@ -314,9 +316,12 @@ def _windows(n: int, size: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + size, n)) for lo in range(0, n, size)] or [(0, 0)]
 
 
-def _run_summary(cfg, records, tasks, fp, bank_hash, bank, wall_s) -> dict[str, Any]:
+def _run_summary(cfg, records, tasks, fp, bank_hash, bank, wall_s, consolidator_calls: int = 0) -> dict[str, Any]:
+    from evoharness_rl.eval.cost import episode_cost
+
     summary = {
         "env": cfg.env.name, "split": cfg.split, "mode": cfg.harness.mode, "context": cfg.env.context,
+        "prompt_variant": cfg.env.prompt_variant,
         "policy": cfg.policy.backend, "model": cfg.model.path, "tasks": len(tasks),
         "episodes_per_task": cfg.episodes_per_task, "seed": cfg.seed,
         **summarize(records),
@@ -324,6 +329,7 @@ def _run_summary(cfg, records, tasks, fp, bank_hash, bank, wall_s) -> dict[str, 
                        "final_bank_hash": bank.content_hash() if bank is not None else None},
         "fingerprint": fp,
         "wall_s": round(wall_s, 3),
+        "cost": episode_cost(records, wall_s, consolidator_calls),
     }
     return summary
 
@@ -367,12 +373,14 @@ def window_consolidator(cfg: Any, engine: RolloutEngine):
     return make_consolidator(cfg.experience, cfg.env.name, generate)
 
 
-def _consolidate_window(cfg: Any, bank, consolidator, window: list[Trajectory], log: RunLogger) -> None:
+def _consolidate_window(cfg: Any, bank, consolidator, window: list[Trajectory], log: RunLogger) -> int:
+    """Consolidate one window into `bank`; returns the consolidator's LLM calls."""
     from evoharness_rl.experience import OpLimits, consolidate
 
     limits = OpLimits(max_field_chars=cfg.experience.max_field_chars)
     report = consolidate(bank, window, consolidator, limits=limits, log=log)
     log.info(f"experience window {bank.update_index}: {report.ops} -> bank {report.bank_hash[:12]}")
+    return report.llm_calls
 
 
 def policy_generate_text(engine: RolloutEngine, max_new_tokens: int, messages: list[dict[str, str]]) -> str:

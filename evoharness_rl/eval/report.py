@@ -88,20 +88,69 @@ def family_columns(env: str, summaries: list[dict]) -> list[tuple[str, str]]:
 
 def split_table(env: str, split: str, runs: list[dict]) -> str:
     """One Markdown table: a row per run of this env and split."""
+    return markdown_table(*split_rows(env, split, runs))
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    return "\n".join([_row(header), _row(["---"] * len(header))] + [_row(r) for r in rows])
+
+
+def split_rows(env: str, split: str, runs: list[dict]) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of `split_table`."""
     summaries = [r["summary"] for r in runs]
     families = family_columns(env, summaries)
     header = ["Run", "Mode", "Policy"] + [title for _, title in families]
     header += ["Avg.", "Score", "Harness/ep", "Invalid/ep", "Steps", "Episodes", "Errors"]
-    lines = [_row(header), _row(["---"] * len(header))]
+    lines = []
     for run, s in zip(runs, summaries):
         per_family = s.get("per_family", {})
-        cells = [run["name"], s.get("mode", ""), _policy_label(s)]
+        cells = [run["name"], _mode_label(s), _policy_label(s)]
         cells += [_pct(per_family.get(key, {}).get("success_rate")) for key, _ in families]
         cells += [_pct(s.get("success_rate")), _num(s.get("score")), _num(s.get("harness_calls_per_episode")),
                   _num(s.get("invalid_actions_per_episode")), _num(s.get("steps")), str(s.get("episodes", 0)),
                   str(s.get("errors", 0))]
-        lines.append(_row(cells))
-    return "\n".join(lines)
+        lines.append(cells)
+    return header, lines
+
+
+COST_COLUMNS = (("prompt_tokens", "Prompt tokens"), ("generated_tokens", "Generated tokens"),
+                ("env_steps", "Env steps"), ("harness_calls", "Harness calls"),
+                ("consolidator_calls", "Consolidator calls"), ("wall_s", "Wall s"))
+
+
+def run_cost(run: dict) -> Optional[dict]:
+    """The run's cost object: eval/collect's summary["cost"], or summed from a GRPO run's metrics."""
+    from evoharness_rl.eval.cost import training_cost
+
+    if run["summary"] is not None:
+        return run["summary"].get("cost")
+    return training_cost(run["metrics"])
+
+
+def cost_rows(runs: list[dict]) -> Optional[tuple[list[str], list[list[str]]]]:
+    """(header, rows): per run its episodes, successes, the totals and the cost of one success (None: no costs)."""
+    rows = []
+    for run in runs:
+        cost = run_cost(run)
+        if cost is None:
+            continue
+        per = cost.get("per_success") or {}
+        cells = [run["name"], "grpo (training rollouts)" if run["summary"] is None else "eval",
+                 str(cost.get("episodes", "–")), str(cost.get("successes", "–"))]
+        cells += [_count(cost.get(key)) for key, _ in COST_COLUMNS]
+        cells += [_count(per.get(key)) for key, _ in COST_COLUMNS if key != "consolidator_calls"]
+        rows.append(cells)
+    if not rows:
+        return None
+    header = ["Run", "Episodes of", "Episodes", "Successes"] + [title for _, title in COST_COLUMNS]
+    header += [f"{title} / success" for key, title in COST_COLUMNS if key != "consolidator_calls"]
+    return header, rows
+
+
+def _count(value: Optional[float]) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.2f}"
 
 
 def seen_unseen_table(runs: list[dict]) -> Optional[str]:
@@ -110,7 +159,7 @@ def seen_unseen_table(runs: list[dict]) -> Optional[str]:
     for run in runs:
         s = run["summary"]
         if s.get("split") in SPLIT_NAMES:
-            key = (s.get("env"), s.get("mode"), _policy_label(s))
+            key = (s.get("env"), _mode_label(s), _policy_label(s))
             pairs.setdefault(key, {})[SPLIT_NAMES[s["split"]]] = s
     rows = {k: v for k, v in pairs.items() if len(v) == 2}
     if not rows:
@@ -122,6 +171,12 @@ def seen_unseen_table(runs: list[dict]) -> Optional[str]:
         lines.append(_row([env, mode, policy, _pct(seen.get("success_rate")), _pct(unseen.get("success_rate")),
                            _num(seen.get("harness_calls_per_episode")), _num(unseen.get("harness_calls_per_episode"))]))
     return "\n".join(lines)
+
+
+def _mode_label(summary: dict) -> str:
+    """The harness mode, and the prompt variant when it is not the full prompt (env.prompt_variant)."""
+    variant = summary.get("prompt_variant", "full")
+    return summary.get("mode", "") + ("" if variant in ("full", None) else f" ({variant} prompt)")
 
 
 def _policy_label(summary: dict) -> str:
@@ -139,14 +194,31 @@ def _row(cells: list[str]) -> str:
 
 def plot_training(run: dict, out_dir: Path) -> Optional[Path]:
     """Success rate and harness calls per episode over GRPO updates (one PNG per run)."""
-    records = [m for m in run["metrics"] if _has_curves(m)]
-    if not records:
-        return None
+    fig = training_figure(run)
+    return None if fig is None else _save_png(fig, out_dir / f"{run['name']}_training.png")
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save_png(fig, path: Path) -> Path:
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def training_figure(run: dict):
+    """The figure of `plot_training` (None for a run without training curves)."""
+    records = [m for m in run["metrics"] if _has_curves(m)]
+    if not records:
+        return None
+    plt = _pyplot()
     fig, axes = plt.subplots(1, len(TRAINING_CURVES), figsize=(10, 3.5))
     for ax, (key, title, scale) in zip(axes, TRAINING_CURVES):
         points = [(m["step"], scale * m[key]) for m in records if m.get(key) is not None]
@@ -161,22 +233,21 @@ def plot_training(run: dict, out_dir: Path) -> Optional[Path]:
         ax.grid(alpha=0.3)
     fig.suptitle(run["name"])
     fig.tight_layout()
-    path = out_dir / f"{run['name']}_training.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def plot_families(env: str, split: str, runs: list[dict], out_dir: Path) -> Optional[Path]:
     """Grouped bars: success rate per task family, one bar per run."""
+    fig = families_figure(env, split, runs)
+    return None if fig is None else _save_png(fig, out_dir / f"success_{env}_{split}.png")
+
+
+def families_figure(env: str, split: str, runs: list[dict]):
+    """The figure of `plot_families` (None when no run has families)."""
     families = family_columns(env, [r["summary"] for r in runs])
     if not families:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     width = 0.8 / max(len(runs), 1)
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(families)), 3.5))
     for i, run in enumerate(runs):
@@ -189,10 +260,7 @@ def plot_families(env: str, split: str, runs: list[dict], out_dir: Path) -> Opti
     ax.set_title(f"{env} {split}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = out_dir / f"success_{env}_{split}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 # ------------------------------------------------------------------------ learning dynamics
@@ -232,14 +300,16 @@ def updates_to_threshold(runs: list[dict]) -> Optional[str]:
 
 def plot_dynamics(runs: list[dict], out_dir: Path) -> Optional[Path]:
     """The paper's learning-dynamics panels (Fig. 8, 3, 5 and episode length), every GRPO run overlaid."""
+    fig = dynamics_figure(runs)
+    return None if fig is None else _save_png(fig, out_dir / "dynamics.png")
+
+
+def dynamics_figure(runs: list[dict]):
+    """The figure of `plot_dynamics` (None without a GRPO run)."""
     runs = _training_runs(runs)
     if not runs:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     fig, axes = plt.subplots(1, len(DYNAMICS), figsize=(4.2 * len(DYNAMICS), 3.6))
     for ax, (title, keys, scale) in zip(axes, DYNAMICS):
         for run in runs:
@@ -255,10 +325,7 @@ def plot_dynamics(runs: list[dict], out_dir: Path) -> Optional[Path]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    path = out_dir / "dynamics.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
 # ---------------------------------------------------------------------------------- report
@@ -285,6 +352,9 @@ def report(run_dirs: list[str | Path], out_dir: Optional[str | Path] = None) -> 
     paired = seen_unseen_table(evaluated)
     if paired:
         sections += ["", "## Seen vs unseen", "", paired]
+    if costs := cost_rows(runs):
+        sections += ["", "## Cost", "", "What each run's episodes cost in all, and what one success cost "
+                     "(tokens: '–' for text-only policies, which count none).", "", markdown_table(*costs)]
     for run in runs:
         if target is not None and (png := plot_training(run, target)):
             sections += ["", f"## Training: {run['name']}", "", f"![{run['name']} training]({png.name})"]

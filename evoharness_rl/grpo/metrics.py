@@ -87,6 +87,7 @@ def rollout_metrics(accelerator: Any, trajs: list, engine_stats: Any) -> dict:
         "invalid_rate": sum(r["invalid"] for r in ok) / steps,
         "repeat_rate": sum(r["repeats"] for r in ok) / steps,
         "generated_tokens": sum(r["tokens"] for r in rows),
+        "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
     }
     for verb in HARNESS_VERBS:
         out[f"harness/{verb}_per_episode"] = sum(r["calls"].get(verb, 0) for r in ok) / n
@@ -100,7 +101,7 @@ def rollout_metrics(accelerator: Any, trajs: list, engine_stats: Any) -> dict:
 def _summary(t) -> dict:
     return {"error": t.error, "won": bool(t.won), "steps": t.steps, "calls": dict(t.harness_calls),
             "invalid": t.invalid_count, "repeats": t.repeat_count, "rewards": dict(t.rewards),
-            "tokens": t.generated_tokens}
+            "tokens": t.generated_tokens, "prompt_tokens": sum(len(turn.prompt_ids) for turn in t.turns)}
 
 
 def memory_metrics() -> dict:

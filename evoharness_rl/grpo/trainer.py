@@ -93,6 +93,7 @@ def train_update(run: Run, u: int) -> dict:
     trajs = rollout(run, tasks, u, snapshot)
     clock.lap("rollout_s")
     scored = score(run, trajs, u)  # rewards and group-normalised advantages
+    keep_trajectories(run, u, scored)
     train = optimise(run, scored, u)  # inner epochs x mini-batches of AdamW steps
     clock.lap("train_s")
     sync_weights(run, u)
@@ -416,6 +417,39 @@ def validate(run: Run, u: int) -> dict:
         won = [w for f, w in outcomes if f == family]
         out[f"val/success/{family}"] = sum(won) / len(won)
     return out
+
+
+TRAJECTORY_DIR = "trajectories"
+
+
+def keep_trajectories(run: Run, u: int, scored: Scored) -> None:
+    """grpo.keep_trajectories of this update's episodes (spread over the batch, so over tasks), without token ids,
+    with their rewards, advantage and update: out_dir/trajectories/update_NNNNNN/*.json (main process) and a wandb
+    table when logger=wandb."""
+    k = min(run.cfg.grpo.keep_trajectories, len(scored.trajectories))
+    if k <= 0 or not run.accelerator.is_main_process:
+        return
+    from evoharness_rl.fileio import atomic_write_json
+
+    folder = run.out_dir / TRAJECTORY_DIR / f"update_{u:06d}"
+    rows = []
+    for i in sorted({j * len(scored.trajectories) // k for j in range(k)}):
+        traj = scored.trajectories[i]
+        record = {**_lean(traj).to_dict(), "update": u, "advantage": scored.advantages[i], "sample": i}
+        atomic_write_json(folder / f"{i:04d}.json", record, indent=None)
+        rows.append([u, traj.task_id, traj.family, bool(traj.won), traj.steps, sum(traj.harness_calls.values()),
+                     traj.invalid_count, traj.rewards.get("total"), scored.advantages[i], _transcript(traj)])
+    run.log.table("trajectories", ["update", "task", "family", "won", "steps", "harness_calls", "invalid",
+                                   "reward", "advantage", "transcript"], rows, step=u)
+
+
+def _transcript(traj) -> str:
+    """One line per turn: the action taken and (the start of) what it returned."""
+    lines = []
+    for t in traj.turns:
+        action = f"{t.verb} [{t.action}]" if t.action_kind == "harness" else t.action or "(invalid)"
+        lines.append(f"{t.index}. {action} -> {' '.join(t.observation.split())[:160]}")
+    return "\n".join(lines)
 
 
 def save(run: Run) -> Path:

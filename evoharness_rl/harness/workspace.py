@@ -142,6 +142,13 @@ class Workspace:
         """A track result describes the moment it was asked; it expires after an env action."""
         self.last_track = ""
 
+    def state(self) -> tuple[str, str]:
+        """(Belief, Progress) as they stand now, for the record of a turn ("" for a module that is off)."""
+        belief = self.belief.render() if self.switches.belief else ""
+        auto = self.belief.auto_progress() if self.mode is HarnessMode.ALWAYS_ON else None
+        progress = self.progress.render(auto) if self.switches.progress else ""
+        return belief, progress
+
     def render_views(self) -> str:
         """The harness views appended to this turn's prompt."""
         if self.mode is HarnessMode.ENV_ONLY:

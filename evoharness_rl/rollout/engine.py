@@ -389,6 +389,7 @@ def episode_settings(cfg: Any, train: bool = False, max_steps: Optional[int] = N
         switches=HarnessSwitches(belief=h.belief, progress=h.progress, experience=h.experience),
         context=env.context,
         prompt_style=env.prompt_style,
+        prompt_variant=env.prompt_variant,
         max_steps=budget,
         recall_k=env.recall_k,
         progress_capacity=h.progress_capacity,

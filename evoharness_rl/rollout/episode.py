@@ -41,6 +41,7 @@ class EpisodeSettings:
     switches: HarnessSwitches = field(default_factory=HarnessSwitches)
     context: str = "per_turn"  # per_turn | accumulated
     prompt_style: str = "paper"  # paper (the env's system prompts) | compact (a few lines, for small local models)
+    prompt_variant: str = "full"  # full | stripped (adaptive: no harness-usage instructions; the verbs stay valid)
     max_steps: int = 50  # shared step budget (env + harness + invalid actions)
     recall_k: int = 3  # entries returned by recall
     progress_capacity: int = 8  # subgoals kept by Progress
@@ -103,10 +104,15 @@ class Episode:
 
     def system_prompt(self) -> str:
         adaptive = self.settings.mode == HarnessMode.ADAPTIVE.value
+        if self.settings.prompt_variant == "stripped":
+            # Stripped instructions (paper Table 9): the environment-only prompt; the harness verbs stay valid actions
+            # (the protocol parses them), so a policy that calls them does so without being told how.
+            adaptive = False
         if self.settings.prompt_style == "compact":
             verbs = self.workspace.enabled_verbs if adaptive else ()
             return compact_system_prompt(self.spec.action_format, self.spec.actions_label, verbs)
-        prompt = self.spec.system_prompts[self.settings.mode]
+        prompt = self.spec.system_prompts["env_only" if self.settings.prompt_variant == "stripped"
+                                          else self.settings.mode]
         if adaptive:
             disabled = [v for v in ("track", "commit", "recall", "note") if v not in self.workspace.enabled_verbs]
             if disabled:
@@ -171,6 +177,7 @@ class Episode:
         turn.index, turn.messages, turn.response = len(rec.turns), messages, response
         turn.action_kind, turn.action, turn.verb = parsed.kind.value, parsed.action, parsed.verb
         turn.invalid_reason, turn.observation, turn.harness_view, turn.repeated = parsed.reason, result, view, repeated
+        turn.belief, turn.progress = self.workspace.state()
         rec.turns.append(turn)
         self._history.append(f"{len(self._history) + 1}. {canonical} -> {_short(result)}")
         if self.last_env.done or rec.steps >= s.max_steps:

@@ -36,6 +36,8 @@ class Turn:
     invalid_reason: str | None = None  # protocol or environment reason for invalid actions
     observation: str = ""  # what the action returned (env observation, harness result or feedback)
     harness_view: str = ""  # the harness views rendered into this turn's prompt
+    belief: str = ""  # the Belief state after the turn (Belief.render(); "" when the module is off)
+    progress: str = ""  # the Progress record after the turn ("" when the module is off)
     repeated: bool = False  # same action as the previous turn
     prompt_ids: list[int] = field(default_factory=list)  # exact prompt token ids sent to the backend
     completion_ids: list[int] = field(default_factory=list)  # exact token ids the backend produced

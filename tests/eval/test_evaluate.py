@@ -43,6 +43,14 @@ def test_summary_and_records(tmp_path):
     assert summary["steps"] == pytest.approx(sum(r["steps"] for r in records) / 8, abs=1e-6)
     assert sum(summary["harness_calls_by_verb"].values()) == pytest.approx(summary["harness_calls_per_episode"])
     assert all(r["fingerprint"] == summary["fingerprint"] for r in records)
+    cost = summary["cost"]  # what the run cost, and what one success cost
+    steps, calls = sum(r["steps"] for r in records), sum(sum(r["harness_calls"].values()) for r in records)
+    assert cost["episodes"] == 8 and cost["successes"] == 8 and cost["harness_calls"] == calls
+    assert cost["env_steps"] == steps - calls and cost["env_steps"] > 0
+    assert cost["prompt_tokens"] is None and cost["generated_tokens"] is None  # a text-only backend counts no tokens
+    assert cost["wall_s"] == pytest.approx(summary["wall_s"], abs=1e-3)
+    assert cost["per_success"]["env_steps"] == pytest.approx((steps - calls) / 8, abs=1e-3)
+    assert all(r["turns"][-1]["belief"] for r in records)  # the workspace after each turn is recorded
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk == summary
 
@@ -112,8 +120,8 @@ def test_killed_eval_resumes_to_the_same_summary(tmp_path):
     assert 4 <= partial < reference["episodes"], "the eval must be killed midway"
     assert not (out / "summary.json").exists()
     resumed = run(out)
-    for key in ("wall_s",):
-        reference.pop(key), resumed.pop(key)
+    for summary in (reference, resumed):  # everything but wall time
+        summary.pop("wall_s"), summary["cost"].pop("wall_s"), summary["cost"]["per_success"].pop("wall_s")
     assert resumed == reference
 
 
@@ -137,7 +145,8 @@ def test_online_evolution_consolidates_per_window_and_resumes(tmp_path):
     for p in late:
         p.unlink()
     resumed = run(out, **overrides)
-    reference.pop("wall_s"), resumed.pop("wall_s")
+    for summary in (reference, resumed):  # everything but wall time
+        summary.pop("wall_s"), summary["cost"].pop("wall_s"), (summary["cost"]["per_success"] or {}).pop("wall_s", 0)
     assert resumed == reference
     for bank in banks:
         resumed_bank = json.loads((out / "experience" / bank.name).read_text())

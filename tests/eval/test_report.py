@@ -59,6 +59,10 @@ def test_report_of_a_real_eval_run_uses_its_families(tmp_path):
     header = next(line for line in text.splitlines() if line.startswith("| Run"))
     assert "| clean | heat | pick | Avg. |" in header
     assert "| scripted | adaptive | scripted | 100.0 | 100.0 | 100.0 | 100.0 |" in text
+    cost = next(line for line in text.splitlines() if line.startswith("| scripted | eval"))
+    summary = json.loads((tmp_path / "scripted" / "summary.json").read_text())["cost"]
+    # episodes, successes, prompt and generated tokens (none: a text policy), env steps, harness calls
+    assert cost.startswith(f"| scripted | eval | 6 | 6 | – | – | {summary['env_steps']} | {summary['harness_calls']} |")
 
 
 def test_bad_run_directories_are_named(tmp_path):
@@ -103,3 +107,17 @@ def test_learning_dynamics_of_two_grpo_runs(tmp_path):
     lines = text.splitlines()
     assert "| adaptive | 20.0 | 55.0 | 2 | 3 |" in lines  # 30% first reached after update 2, 50% after 3
     assert "| env_only | 10.0 | 32.0 | 3 | not reached |" in lines
+
+
+def test_prompt_variants_are_told_apart(tmp_path):
+    rates = dict(zip(ALF, [0.5] * 6))
+    runs = []
+    for variant in ("full", "stripped"):
+        for split, calls in (("valid_seen", 3.0), ("valid_unseen", 2.0)):
+            summary = {**_summary(split, "adaptive", rates, calls if variant == "full" else calls / 3),
+                       "prompt_variant": variant}
+            runs.append(_write(tmp_path, f"{variant}_{split}", summary))
+    text = report(runs)
+    assert "| stripped_valid_seen | adaptive (stripped prompt) |" in text
+    pairs = [line for line in text.splitlines() if line.startswith("| alfworld | adaptive")]
+    assert len(pairs) == 2 and any("| 3.00 | 2.00 |" in p for p in pairs) and any("| 1.00 | 0.67 |" in p for p in pairs)

@@ -34,6 +34,11 @@ def make_count_env(tasks_per_family: int = 3, marker_dir: str | None = None) -> 
     return CountEnv(tasks_per_family, marker_dir)
 
 
+def build_count_env(env_cfg=None) -> "CountEnv":
+    """The registry's builder signature (`register_env("count", "grpo_fakes:build_count_env")`)."""
+    return CountEnv()
+
+
 class CountEnv(Environment):
     spec = SPEC
 

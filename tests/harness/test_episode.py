@@ -120,3 +120,17 @@ def test_teacher_slip_is_a_rejected_action_the_teacher_never_sees():
     while not ep.done:
         ep.step(ep.teacher_response(1.0, rng))
     assert ep.record.won and ep.record.invalid_count == 1 and [k for k, _ in ep._teacher.seen] == ["env", "env"]
+
+
+@pytest.mark.parametrize("style", ["paper", "compact"])
+def test_stripped_prompt_drops_the_harness_instructions_but_not_the_verbs(style):
+    full = _episode(mode="adaptive", prompt_style=style)
+    full.reset("valid_seen/2")
+    stripped = _episode(mode="adaptive", prompt_style=style, prompt_variant="stripped")
+    stripped.reset("valid_seen/2")
+    env_only = _episode(mode="env_only", prompt_style=style)
+    env_only.reset("valid_seen/2")
+    assert stripped.prompt()[0]["content"] == env_only.prompt()[0]["content"] != full.prompt()[0]["content"]
+    turn = stripped.step("<action>commit [check box 2]</action>")  # the verbs are still actions
+    assert turn.action_kind == "harness" and stripped.record.harness_calls == {"commit": 1}
+    assert "PLAN:\n[ ] check box 2" in stripped.prompt()[1]["content"]  # and their views still show
