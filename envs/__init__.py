@@ -25,6 +25,7 @@ Builder = Callable[[Any], Environment]
 _REGISTRY: dict[str, Union[str, Builder]] = {
     "alfworld": "evoharness_rl.envs.alfworld.adapter:AlfworldEnv.from_config",
     "webshop": "evoharness_rl.envs.webshop.adapter:make_webshop_env",
+    "webarena": "evoharness_rl.envs.webarena.adapter:make_webarena_env",
 }
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 COMMAND_HELP = {
-    "prepare": "build embedded data: generated ALFWorld games, the WebShop catalogue",
+    "prepare": "build embedded data: generated ALFWorld games, the WebShop catalogue, the WebArena local sites",
     "collect": "run a teacher with the BPE interface; keep successful episodes as an SFT dataset",
     "sft": "supervised initialisation (TRL SFTTrainer, LoRA or full) and merge",
     "grpo": "cost-aware GRPO with Experience consolidation between rollout batches",
@@ -134,8 +134,11 @@ def _prepare(cfg) -> None:
         from evoharness_rl.envs.alfworld.prepare import prepare
     elif cfg.env.name == "webshop":
         from evoharness_rl.envs.webshop.catalogue import prepare
+    elif cfg.env.name == "webarena" and cfg.env.webarena.backend == "local":
+        from evoharness_rl.envs.webarena.data import prepare
     else:
-        raise UserError(f"env.name={cfg.env.name!r} has no embedded data to prepare (alfworld, webshop do)")
+        raise UserError(f"env.name={cfg.env.name!r} has no embedded data to prepare (alfworld, webshop and "
+                        "webarena with env.webarena.backend=local do)")
     path = prepare(cfg.env)
     print(f"prepared {cfg.env.name} data in {path}")
 
