@@ -58,7 +58,7 @@ def parse_observation(text: str) -> tuple[str, str, str, list[tuple[str, str, st
         elif line.startswith("URL: "):
             url = line[5:].strip()
         elif line.startswith("OPEN TABS: "):
-            current = [t for t in line[11:].split(" | ") if t.endswith("(current)")]
+            current = [t for t in re.split(r" \| (?=\[\d+\] )", line[11:]) if t.endswith("(current)")]
             if current:
                 title = re.sub(r"^\[\d+\]\s*", "", current[0][: -len("(current)")]).strip()
         elif line.startswith("LAST ACTION ERROR: "):
