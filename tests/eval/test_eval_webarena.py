@@ -75,3 +75,72 @@ def test_real_backend_names_an_unreachable_site(monkeypatch):
         monkeypatch.setenv(var, "http://127.0.0.1:9")  # the discard port: nothing listens there
     with pytest.raises(WebArenaSetupError, match=r"WA_SHOPPING=http://127.0.0.1:9 does not answer"):
         check_setup(timeout_s=2)
+
+
+def _descendants(pid: int) -> set[int]:
+    from tests.envs.test_webarena import _descendants as walk
+
+    return walk(pid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_killed_eval_leaves_no_browser_worker_or_site_process(webarena_data, tmp_path, sig):
+    """The CLI's workers, their Playwright drivers and Chromiums all go when the CLI is killed."""
+    import signal
+    import time
+
+    from tests.envs.test_webarena import _alive
+
+    args = [f"{k}={v}" for k, v in webarena(webarena_data, tmp_path, policy="scripted").items() if k != "command"]
+    proc = subprocess.Popen([sys.executable, "-m", "evoharness_rl", "eval", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not list((tmp_path / "trajectories").glob("*.json")):
+            time.sleep(0.1)
+        started = _descendants(proc.pid)
+        assert len(started) >= 4, "workers, drivers and Chromium processes should be running"
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(30)
+        deadline = time.monotonic() + 20
+        while _alive(started) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(started), f"left behind after {sig}: {sorted(_alive(started))}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_the_whole_pipeline_runs_on_webarena(webarena_data, tmp_path):
+    """collect -> sft -> grpo (accumulated context, horizon curriculum) -> eval at tiny scale on CPU (~2 min)."""
+    from evoharness_rl.models import init_model
+
+    model = init_model("tiny", tmp_path / "model", seed=0)
+    common = [f"env.data_dir={webarena_data['env.data_dir']}", "env=webarena", "env.prompt_style=compact",
+              "env.webarena.max_obs_tokens=200", "policy.max_prompt_tokens=1536", "policy.max_new_tokens=8",
+              "env.num_workers=1", "logger.progress=false"]
+
+    def cli(command: str, *args: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "evoharness_rl", command, *common, *args], capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    cli("collect", "policy=scripted", "split=train", "limit=4", f"out_dir={tmp_path / 'collect'}")
+    collected = json.loads((tmp_path / "collect" / "summary.json").read_text())
+    assert collected["collection"]["successful"] == 4 and collected["context"] == "accumulated"
+    cli("sft", f"model.path={model}", f"sft.data={tmp_path / 'collect'}", "sft.lora=false", "sft.epochs=1",
+        "sft.max_seq_length=1536", "sft.validation_fraction=0.25", f"out_dir={tmp_path / 'sft'}")
+    cli("grpo", f"model.path={tmp_path / 'sft' / 'merged'}", "policy=hf", "grpo.updates=2",
+        "grpo.prompts_per_update=2", "grpo.group_size=2", "grpo.mini_batch_trajectories=4",
+        "grpo.micro_batch_samples=2", "grpo.horizon_curriculum=[2,3]", "grpo.eval_every=0", "grpo.save_every=2",
+        f"out_dir={tmp_path / 'grpo'}")
+    metrics = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    updates = [m for m in metrics if "horizon" in m]
+    assert [m["horizon"] for m in updates] == [2, 3] and all(m["errors"] == 0 for m in updates)
+    assert (tmp_path / "grpo" / "final" / "config.json").exists()
+    cli("eval", f"model.path={tmp_path / 'grpo' / 'final'}", "policy=hf", "limit=2", "env.max_steps_eval=2",
+        f"out_dir={tmp_path / 'eval'}")
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["errors"] == 0 and summary["tokens_generated"] > 0
