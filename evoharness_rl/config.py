@@ -74,7 +74,7 @@ class WebArenaConfig:
     max_obs_tokens: int = 1024  # accessibility-tree budget per observation; longer trees are cut (whole lines, marked)
     page_timeout_s: float = 10.0  # a page load or browser action slower than this is reported to the policy as an error
     real_task_ids: list[int] = field(default_factory=list)  # backend=webarena: WebArena task ids to use ([] = the paper's subset: no backend-edit tasks)
-    real_test_fraction: float = 0.5  # backend=webarena: share of the tasks (every other, by id) in the test split
+    real_test_fraction: float = 0.5  # backend=webarena: share of the tasks in the test split (every round(1/f)-th by id; 0.5: every other)
 
 
 @dataclass

@@ -37,7 +37,7 @@ def count_tokens(text: str) -> int:
 
 def page_tree(page: Any) -> str:
     """The flattened accessibility tree of `page` with BrowserGym's element ids."""
-    from browsergym.core.observation import MarkingError, _post_extract, _pre_extract, extract_merged_axtree
+    from browsergym.core.observation import _post_extract, _pre_extract, extract_merged_axtree
     from browsergym.utils.obs import flatten_axtree_to_str
 
     for attempt in range(3):
@@ -45,12 +45,9 @@ def page_tree(page: Any) -> str:
             _pre_extract(page, tags_to_mark="standard_html", lenient=attempt == 2)
             axtree = extract_merged_axtree(page)
             break
-        except (MarkingError, Exception) as err:  # noqa: BLE001 - a navigation raced the extraction: retry
+        except Exception:  # noqa: BLE001 - a navigation raced the extraction: wait, then retry
             if attempt == 2:
                 raise
-            if "Execution context was destroyed" not in str(err) and not isinstance(err, MarkingError):
-                if "detached" not in str(err) and "not found" not in str(err):
-                    raise
             page.wait_for_load_state("domcontentloaded")
     try:
         _post_extract(page)
