@@ -58,6 +58,11 @@ _REGISTRY: dict[str, EnvEntry] = {
         grounding="evoharness_rl.envs.webshop.grounding:make_grounding",
         tokenizer_text="evoharness_rl.envs.webshop.prompts:tokenizer_text",
     ),
+    "webarena": EnvEntry(
+        builder="evoharness_rl.envs.webarena.adapter:make_webarena_env",
+        spec="evoharness_rl.envs.webarena.prompts:WEBARENA_SPEC",
+        prepare="evoharness_rl.envs.webarena.data:prepare",  # the local sites' database (the real backend needs none)
+    ),
 }
 
 

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 COMMAND_HELP = {
-    "prepare": "build embedded data: generated ALFWorld games, the WebShop catalogue",
+    "prepare": "build embedded data: generated ALFWorld games, the WebShop catalogue, the WebArena local sites",
     "collect": "run a teacher with the BPE interface; keep successful episodes as an SFT dataset",
     "sft": "supervised initialisation (TRL SFTTrainer, LoRA or full) and merge",
     "grpo": "cost-aware GRPO with Experience consolidation between rollout batches",

@@ -67,10 +67,22 @@ class WebShopConfig:
 
 
 @dataclass
+class WebArenaConfig:
+    """WebArena-specific settings (envs/webarena; docs/webarena.md)."""
+
+    backend: str = "local"  # local: the bundled sites in headless Chromium | webarena: the real sites at the WA_* URLs (browsergym-webarena)
+    generator_seed: int = 0  # seed of the local sites' data and task draw (same seed -> same sites and tasks)
+    max_obs_tokens: int = 1024  # accessibility-tree budget per observation; longer trees are cut (whole lines, marked)
+    page_timeout_s: float = 10.0  # a page load or browser action slower than this is reported to the policy as an error
+    real_task_ids: list[int] = field(default_factory=list)  # backend=webarena: WebArena task ids to use ([] = the paper's subset: no backend-edit tasks)
+    real_test_fraction: float = 0.5  # backend=webarena: share of the tasks in the test split (every round(1/f)-th by id; 0.5: every other)
+
+
+@dataclass
 class EnvConfig:
     """Which environment and how it is run."""
 
-    name: str = "alfworld"  # a registered environment: alfworld | webshop (evoharness_rl.envs.register_env adds more)
+    name: str = "alfworld"  # a registered environment: alfworld | webshop | webarena (evoharness_rl.envs.register_env adds more)
     data_path: Optional[str] = None  # data root; null: the generated data under data_dir (ALFWorld: $ALFWORLD_DATA/json_2.1.1 if set)
     data_dir: str = "data"  # where `prepare` writes generated data (relative to the working directory)
     context: str = "per_turn"  # per_turn (fresh prompt each turn) | accumulated (one growing conversation)
@@ -84,6 +96,7 @@ class EnvConfig:
     max_live_episodes: int = 64  # episodes in flight at once over all workers; each turn their prompts form one backend batch
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
     webshop: WebShopConfig = field(default_factory=WebShopConfig)
+    webarena: WebArenaConfig = field(default_factory=WebArenaConfig)
 
 
 # ------------------------------------------------------------------------- model
@@ -324,6 +337,7 @@ def validate(cfg: Config) -> Config:
     _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
     _choice("env.alfworld.expert", cfg.env.alfworld.expert, ("handcoded", "planner"))
     _choice("env.webshop.backend", cfg.env.webshop.backend, ("sim", "real"))
+    _choice("env.webarena.backend", cfg.env.webarena.backend, ("local", "webarena"))
     _choice("harness.mode", cfg.harness.mode, HARNESS_MODES)
     _choice("policy.backend", cfg.policy.backend, BACKENDS)
     _choice("model.dtype", cfg.model.dtype, DTYPES)
@@ -345,7 +359,7 @@ def validate(cfg: Config) -> Config:
                  "experience.capacity", "experience.window", "episodes_per_task", "limit", "env.step_timeout_s",
                  "experience.max_field_chars", "experience.max_prompt_chars", "experience.request_timeout_s",
                  "policy.request_timeout_s",
-                 "env.max_live_episodes",
+                 "env.max_live_episodes", "env.webarena.max_obs_tokens", "env.webarena.page_timeout_s",
                  "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha"):
         _positive(name, _get(cfg, name))
     for name in ("env.alfworld.valid_seen_games", "env.alfworld.valid_unseen_games", "harness.history_length",
@@ -356,7 +370,8 @@ def validate(cfg: Config) -> Config:
                  "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
-                 "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate"):
+                 "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate",
+                 "env.webarena.real_test_fraction"):
         _fraction(name, _get(cfg, name))
     if cfg.grpo.group_size < 2:
         raise ConfigError(f"grpo.group_size={cfg.grpo.group_size} must be >= 2: a group of one trajectory has no "

@@ -1,6 +1,6 @@
 """Environment throughput through the worker pool, and reset / search latency.
 
-    python scripts/bench_envs.py                       # ALFWorld small + large, WebShop
+    python scripts/bench_envs.py                       # ALFWorld small + large, WebShop, WebArena
     python scripts/bench_envs.py --envs alfworld --sizes small --episodes 8 --steps 20
 
 ALFWorld (generated games, prepared on first use under --data-dir): env steps/s with 1
@@ -9,6 +9,11 @@ every round stepping all of them (random admissible actions, seeded); reset late
 one game at a time. Target: 2 workers >= 1.6x one worker on small games.
 WebShop (the simulator): the same steps/s, plus search latency p50/p99 over the goals'
 instructions (`WebShopTextSim.search`).
+
+WebArena (the local sites in headless Chromium): reset and step latency p50/p95 with 1 and
+2 browser contexts working in parallel (one per worker process, each round stepping every
+context; a step clicks a random link of the page), and with 2 contexts sharing one worker's
+Chromium (stepped one after the other).
 
 Worker start-up, imports and env construction are excluded by a warm-up round.
 """
@@ -148,6 +153,56 @@ def bench_webshop(args) -> dict:
     return out
 
 
+def _quantiles(times: list[float]) -> tuple[float, float]:
+    cuts = statistics.quantiles(times, n=20) if len(times) > 1 else times * 19
+    return statistics.median(times), cuts[18]
+
+
+def webarena_latency(env_cfg: EnvConfig, tasks: list[str], workers: int, contexts: int, rounds: int,
+                     seed: int) -> dict:
+    """Round latency of resetting / stepping `contexts` live episodes spread over `workers` processes."""
+    import re
+
+    keys = [f"w{i}" for i in range(contexts)]
+    link = re.compile(r"\[(\w+)\] link '")
+    rng = random.Random(seed)
+    with EnvPool(env_factory(env_cfg), workers, step_timeout_s=600) as pool:
+        _check(pool.call([EnvReset(k, tasks[i], seed) for i, k in enumerate(keys)]))  # warm-up: browser start
+        reset_times, step_times, state = [], [], {}
+        for r in range(rounds):
+            start = time.perf_counter()
+            replies = _check(pool.call([EnvReset(k, tasks[(r * contexts + i) % len(tasks)], seed)
+                                        for i, k in enumerate(keys)]))
+            reset_times.append(time.perf_counter() - start)
+            state = {k: reply.value[1] for k, reply in zip(keys, replies)}
+            for _ in range(4):
+                commands = [EnvStep(k, f"click [{rng.choice(link.findall(state[k].observation) or ['8'])}]")
+                            for k in keys]
+                start = time.perf_counter()
+                replies = _check(pool.call(commands))
+                step_times.append(time.perf_counter() - start)
+                state = {k: reply.value for k, reply in zip(keys, replies)}
+        pool.call([Finish(k) for k in keys])
+    (reset_p50, reset_p95), (step_p50, step_p95) = _quantiles(reset_times), _quantiles(step_times)
+    return {"workers": workers, "contexts": contexts, "resets": len(reset_times) * contexts,
+            "steps": len(step_times) * contexts, "reset_p50_s": reset_p50, "reset_p95_s": reset_p95,
+            "step_p50_s": step_p50, "step_p95_s": step_p95,
+            "steps_per_s": len(step_times) * contexts / sum(step_times)}
+
+
+def bench_webarena(args) -> dict:
+    env_cfg = EnvConfig(name="webarena", data_dir=str(Path(args.data_dir) / "webarena"))
+    tasks = _tasks(env_cfg, "test")
+    rounds = max(3, args.steps // 2)
+    runs = [webarena_latency(env_cfg, tasks, w, c, rounds, args.seed) for w, c in ((1, 1), (2, 2), (1, 2))]
+    for run in runs:
+        print(f"webarena           workers={run['workers']} contexts={run['contexts']}  reset p50 "
+              f"{run['reset_p50_s']:.3f}s p95 {run['reset_p95_s']:.3f}s  step p50 {run['step_p50_s']:.3f}s p95 "
+              f"{run['step_p95_s']:.3f}s  ({run['steps_per_s']:.1f} steps/s over {run['steps']} steps; latency "
+              "per round, every context stepped once)")
+    return {"env": "webarena", "latency": runs}
+
+
 def _print(result: dict) -> None:
     name = result["env"] + (f" ({result['size']})" if "size" in result else "")
     for rate in result["pool"]:
@@ -162,7 +217,7 @@ def _print(result: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", default="alfworld,webshop", help="comma-separated: alfworld, webshop")
+    parser.add_argument("--envs", default="alfworld,webshop,webarena", help="comma-separated: alfworld, webshop, webarena")
     parser.add_argument("--sizes", default="small,large", help="ALFWorld game sizes to measure")
     parser.add_argument("--games", type=int, default=8, help="generated valid_seen games per size (large: half)")
     parser.add_argument("--episodes", type=int, default=8, help="live episodes over the pool")
@@ -180,6 +235,8 @@ def main() -> None:
     if "webshop" in envs:
         results.append(bench_webshop(args))
         _print(results[-1])
+    if "webarena" in envs:
+        results.append(bench_webarena(args))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
 

@@ -68,6 +68,33 @@ def test_env_groups_set_paper_defaults():
     assert (alfworld.env.max_steps_train, alfworld.env.max_steps_eval, alfworld.reward.success_scale) == (70, 50, 10.0)
 
 
+def test_webarena_sets_the_paper_table_10_values():
+    cfg = OmegaConf.to_object(_compose(["env=webarena"]))
+    assert (cfg.env.context, cfg.env.max_steps_eval, cfg.env.recall_k, cfg.env.webarena.backend) == (
+        "accumulated", 15, 3, "local")
+    assert cfg.grpo.horizon_curriculum == [8, 10, 15] and cfg.sft.epochs == 3.0
+    assert (cfg.reward.success_scale, cfg.reward.invalid_penalty, cfg.reward.repeat_penalty,
+            cfg.reward.lambda_div_max, cfg.reward.lambda_eff) == (1.0, 0.01, 0.01, 0.02, 0.02)
+    assert (cfg.grpo.group_size, cfg.grpo.prompts_per_update, cfg.grpo.mini_batch_trajectories,
+            cfg.grpo.inner_epochs, cfg.policy.max_new_tokens) == (4, 32, 4, 2, 512)
+
+
+ENVS = sorted(p.stem for p in (CONFIGS / "env").glob("*.yaml"))
+ABLATIONS = {"no_diversity": ("lambda_div_max", 0.0), "no_efficiency": ("lambda_eff", 0.0)}
+
+
+@pytest.mark.parametrize("env", ENVS)
+@pytest.mark.parametrize("ablation", sorted(ABLATIONS))
+def test_a_reward_ablation_wins_over_the_env_defaults(env, ablation):
+    """The env sets its paper reward values; a chosen ablation still zeroes its weight (and only that one)."""
+    base = OmegaConf.to_object(_compose([f"env={env}"])).reward
+    ablated = OmegaConf.to_object(_compose([f"env={env}", f"reward={ablation}"])).reward
+    field, value = ABLATIONS[ablation]
+    assert getattr(ablated, field) == value and getattr(base, field) > 0
+    others = {k: v for k, v in vars(base).items() if k != field}
+    assert {k: v for k, v in vars(ablated).items() if k != field} == others
+
+
 def test_a_command_line_override_beats_the_env_defaults():
     cfg = OmegaConf.to_object(_compose(["env=webshop", "env.recall_k=2"]))
     assert cfg.env.recall_k == 2

@@ -63,7 +63,9 @@ def test_generation_stops_at_end_of_turn(tiny):
     ids = tokenizer.apply_chat_template(per_turn_messages(), add_generation_prompt=True, return_tensors="pt",
                                         return_dict=True)["input_ids"]
     with torch.no_grad():
-        model.lm_head.weight[tokenizer.eos_token_id] += 50.0  # make <|im_end|> the likeliest next token (tied)
+        # make <|im_end|> the likeliest next token (tied weights): its row points along the last hidden state
+        hidden = model(ids, output_hidden_states=True).hidden_states[-1][0, -1]
+        model.lm_head.weight[tokenizer.eos_token_id] = 100.0 * hidden / hidden.norm()
         out = model.generate(ids, max_new_tokens=5, do_sample=False)
     assert out[0, -1].item() == tokenizer.eos_token_id and out.shape[1] == ids.shape[1] + 1
 

@@ -161,3 +161,31 @@ def webshop_env_factory(tmp_path):
     yield make
     for env in envs:
         env.close()
+
+
+@pytest.fixture(scope="session")
+def webarena_data(tmp_path_factory) -> str:
+    """The data folder of the WebArena local sites (seeded once per session)."""
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs.webarena.data import prepare
+
+    root = tmp_path_factory.mktemp("webarena_data")
+    prepare(EnvConfig(name="webarena", data_dir=str(root)))
+    return str(root)
+
+
+@pytest.fixture
+def webarena_env_factory(webarena_data):
+    """Factory of the WebArena environment on the local sites (real headless Chromium; closed after the test)."""
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs import make_env
+
+    envs = []
+
+    def make():
+        envs.append(make_env(EnvConfig(name="webarena", data_dir=webarena_data)))
+        return envs[-1]
+
+    yield make
+    for env in envs:
+        env.close()

@@ -7,6 +7,7 @@ from tests.envs.conformance import check_conformance
 CASES = {
     "alfworld": ("alfworld_env_factory", "valid_unseen"),
     "webshop": ("webshop_env_factory", "test"),
+    "webarena": ("webarena_env_factory", "test"),
 }
 
 

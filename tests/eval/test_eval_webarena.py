@@ -1,0 +1,146 @@
+"""WebArena end to end: the CLI in a real headless Chromium, malformed responses, the real-site backend's errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from evoharness_rl.eval.evaluate import evaluate
+from test_eval_envs import SUMMARY_KEYS, compose_config, run_cli
+
+
+@pytest.fixture(scope="session")
+def webarena_data(tmp_path_factory) -> dict:
+    return {"env.data_dir": str(tmp_path_factory.mktemp("webarena_data"))}
+
+
+def webarena(data, out, **overrides) -> dict:
+    return {"command": "eval", "env": "webarena", "out_dir": str(out), "env.num_workers": 2,
+            "logger.progress": "false", **data, **overrides}
+
+
+def test_cli_scripted_eval_on_the_local_sites(webarena_data, tmp_path):
+    done = run_cli(webarena(webarena_data, tmp_path, policy="scripted", limit=12))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary) and summary["env"] == "webarena" and summary["context"] == "accumulated"
+    assert summary["episodes"] == 12 and summary["errors"] == 0 and summary["success_rate"] >= 0.9
+    assert set(summary["per_family"]) <= {"shop", "admin", "forum"}
+    assert len(list((tmp_path / "trajectories").glob("*.json"))) == 12
+    assert json.loads(done.stdout)["episodes"] == 12
+
+
+@pytest.mark.slow
+def test_cli_scripted_eval_reaches_the_acceptance_bar_on_every_test_task(webarena_data, tmp_path):
+    run_cli(webarena(webarena_data, tmp_path, policy="scripted"))
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["episodes"] >= 30 and summary["errors"] == 0 and summary["success_rate"] >= 0.9
+    assert set(summary["per_family"]) == {"shop", "admin", "forum"}
+
+
+MALFORMED = ["", "I would click the search box", "```\n```", "```\nclick [\n```", "```\nclick [99999]\n```",
+             "```\ntype [11]\n```", "```\ngoto [http://elsewhere.example/]\n```", "```\nscroll [left]\n```",
+             "```\ntrack []\n```", "\u202e\u200b" * 100, "```\n" + "x" * 5000 + "\n```", "```\nstop\n```",
+             "<action>click [8]</action>", "```\ntab_focus [7]\n```", "```\npress [Hyper+x]\n```"]
+
+
+def test_replay_of_malformed_responses_errors_no_episode(webarena_data, tmp_path):
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps(MALFORMED))
+    cfg = compose_config(webarena(webarena_data, tmp_path / "out", policy="replay", limit=3,
+                                  **{"policy.path": str(path), "env.max_steps_eval": len(MALFORMED)}))
+    summary = evaluate(cfg)
+    assert summary["errors"] == 0 and summary["episodes"] == 3 and summary["success_rate"] == 0.0
+    assert summary["invalid_actions_per_episode"] == len(MALFORMED)
+
+
+def test_real_backend_without_site_urls_is_a_one_line_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WA_")}
+    done = subprocess.run([sys.executable, "-m", "evoharness_rl", "eval", "env=webarena", "policy=scripted",
+                           "env.webarena.backend=webarena", f"out_dir={tmp_path}"], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: env.webarena.backend=webarena needs the WebArena site URLs")
+    assert "WA_SHOPPING" in lines[0] and "docs/webarena.md" in lines[0]
+
+
+def test_real_backend_names_an_unreachable_site(monkeypatch):
+    from evoharness_rl.envs.webarena.real import SITE_VARS, WebArenaSetupError, check_setup
+
+    for var in SITE_VARS:
+        monkeypatch.setenv(var, "http://127.0.0.1:9")  # the discard port: nothing listens there
+    with pytest.raises(WebArenaSetupError, match=r"WA_SHOPPING=http://127.0.0.1:9 does not answer"):
+        check_setup(timeout_s=2)
+
+
+def _descendants(pid: int) -> set[int]:
+    from tests.envs.test_webarena import _descendants as walk
+
+    return walk(pid)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_killed_eval_leaves_no_browser_worker_or_site_process(webarena_data, tmp_path, sig):
+    """The CLI's workers, their Playwright drivers and Chromiums all go when the CLI is killed."""
+    import signal
+    import time
+
+    from tests.envs.test_webarena import _alive
+
+    args = [f"{k}={v}" for k, v in webarena(webarena_data, tmp_path, policy="scripted").items() if k != "command"]
+    proc = subprocess.Popen([sys.executable, "-m", "evoharness_rl", "eval", *args], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not list((tmp_path / "trajectories").glob("*.json")):
+            time.sleep(0.1)
+        started = _descendants(proc.pid)
+        assert len(started) >= 4, "workers, drivers and Chromium processes should be running"
+        proc.send_signal(getattr(signal, sig))
+        proc.wait(30)
+        deadline = time.monotonic() + 20
+        while _alive(started) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(started), f"left behind after {sig}: {sorted(_alive(started))}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.slow
+def test_the_whole_pipeline_runs_on_webarena(webarena_data, tmp_path):
+    """collect -> sft -> grpo (accumulated context, horizon curriculum) -> eval at tiny scale on CPU (~2 min)."""
+    from evoharness_rl.models import init_model
+
+    model = init_model("tiny", tmp_path / "model", seed=0)
+    common = [f"env.data_dir={webarena_data['env.data_dir']}", "env=webarena", "env.prompt_style=compact",
+              "env.webarena.max_obs_tokens=200", "policy.max_prompt_tokens=1536", "policy.max_new_tokens=8",
+              "env.num_workers=1", "logger.progress=false"]
+
+    def cli(command: str, *args: str) -> None:
+        done = subprocess.run([sys.executable, "-m", "evoharness_rl", command, *common, *args], capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    cli("collect", "policy=scripted", "split=train", "limit=4", f"out_dir={tmp_path / 'collect'}")
+    collected = json.loads((tmp_path / "collect" / "summary.json").read_text())
+    assert collected["collection"]["successful"] == 4 and collected["context"] == "accumulated"
+    cli("sft", f"model.path={model}", f"sft.data={tmp_path / 'collect'}", "sft.lora=false", "sft.epochs=1",
+        "sft.max_seq_length=1536", "sft.validation_fraction=0.25", f"out_dir={tmp_path / 'sft'}")
+    cli("grpo", f"model.path={tmp_path / 'sft' / 'merged'}", "policy=hf", "grpo.updates=2",
+        "grpo.prompts_per_update=2", "grpo.group_size=2", "grpo.mini_batch_trajectories=4",
+        "grpo.micro_batch_samples=2", "grpo.horizon_curriculum=[2,3]", "grpo.eval_every=0", "grpo.save_every=2",
+        f"out_dir={tmp_path / 'grpo'}")
+    metrics = [json.loads(line) for line in (tmp_path / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    updates = [m for m in metrics if "horizon" in m]
+    assert [m["horizon"] for m in updates] == [2, 3] and all(m["errors"] == 0 for m in updates)
+    assert (tmp_path / "grpo" / "final" / "config.json").exists()
+    cli("eval", f"model.path={tmp_path / 'grpo' / 'final'}", "policy=hf", "limit=2", "env.max_steps_eval=2",
+        f"out_dir={tmp_path / 'eval'}")
+    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["errors"] == 0 and summary["tokens_generated"] > 0
