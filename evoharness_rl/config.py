@@ -178,6 +178,7 @@ class SFTConfig:
     max_grad_norm: float = 1.0  # gradient clipping
     weight_decay: float = 0.0  # AdamW weight decay
     epochs: float = 4.0  # passes over the data (paper: 4 ALFWorld / 4 WebShop / 3 WebArena)
+    max_steps: int = -1  # stop after this many optimizer steps (-1: `epochs` decides); bounds a run on slow hardware
     per_device_batch_size: int = 4  # examples per process per micro-step
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
     max_seq_length: int = 4096  # longer examples are cut from the left of the prompt (never the response)
