@@ -11,7 +11,8 @@
 # point MODEL at any HF checkpoint directory with a chat template to run the same on another model.
 # Sizes default to what 2 CPU cores finish in minutes; raise them where there is more compute:
 #   LIMIT tasks per split, STEPS step budget, TOKENS new tokens per turn, POLICY hf | vllm,
-#   SFT_GAMES train games collected, SFT_STEPS optimizer steps of the real model's LoRA SFT.
+#   SFT_GAMES train games collected, SFT_STEPS optimizer steps of the real model's LoRA SFT,
+#   EVAL_STEPS step budget of the SFT evaluations.
 # Stages whose output exists are skipped (an interrupted run resumes); extra Hydra overrides: "$@".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,6 +55,7 @@ if [ "$what" = scaffold ]; then
 elif [ "$what" = sft ]; then
   SFT_GAMES=${SFT_GAMES:-240}
   SFT_STEPS=${SFT_STEPS:-60}
+  EVAL_STEPS=${EVAL_STEPS:-30}
   DATA=(env=alfworld "env.data_dir=$D/data" env.alfworld.train_games=240 env.alfworld.valid_seen_games=24
         env.alfworld.valid_unseen_games=24 env.prompt_style=compact)
   stage "prepare ALFWorld games"
@@ -80,7 +82,7 @@ elif [ "$what" = sft ]; then
       [ -f "$out/summary.json" ] && continue
       stage "greedy eval: $name SFT on $split ($LIMIT tasks)"
       "${CLI[@]}" eval "${DATA[@]}" "model.path=$D/sft_${name}/merged" "policy=$POLICY" "split=$split" "limit=$LIMIT" \
-        env.max_steps_eval=30 policy.max_new_tokens=64 env.num_workers=1 logger.progress=false "out_dir=$out" "$@" \
+        "env.max_steps_eval=$EVAL_STEPS" policy.max_new_tokens=64 env.num_workers=1 logger.progress=false "out_dir=$out" "$@" \
         > "$out.log" 2>&1
     done
   done
