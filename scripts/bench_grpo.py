@@ -2,6 +2,7 @@
 
     python scripts/bench_grpo.py                          # CPU: tiny and small local models
     python scripts/bench_grpo.py --sizes qwen3-0.6b qwen3-1.7b --device cuda   # GPU, bf16, from config
+    python scripts/bench_grpo.py --sizes models/smollm2   # a real checkpoint directory (init-model source=...)
 
 The update is the trainer's own code (`grpo.trainer.optimizer_step`: left-padded
 micro-batches, logits for the completion tokens only, reference forward, PPO-clip + k3 KL +
@@ -38,7 +39,8 @@ PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense bf16
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", default=["tiny", "small"],
-                        help="tiny | small | base (local init_model) | qwen3-0.6b | qwen3-1.7b (shapes from config)")
+                        help="tiny | small | base (local init_model) | qwen3-0.6b | qwen3-1.7b (shapes from config) | a "
+                             "checkpoint directory (real weights, e.g. models/smollm2)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--samples", type=int, default=8, help="per-turn samples per optimizer step (= micro-batch)")
     parser.add_argument("--prompt", type=int, default=256, help="prompt tokens per sample")
@@ -55,9 +57,11 @@ def build_model(size: str, device: str, dtype: torch.dtype):
         config = Qwen3Config(max_position_embeddings=40960, dtype=dtype, **QWEN3_SHAPES[size])
         with torch.device(device):
             return Qwen3ForCausalLM(config).to(dtype)
+    from pathlib import Path
+
     from evoharness_rl.models import init_model, load_model
 
-    path = init_model(size, tempfile.mkdtemp(prefix=f"bench-{size}-"))
+    path = size if Path(size).is_dir() else init_model(size, tempfile.mkdtemp(prefix=f"bench-{size}-"))
     return load_model(SimpleNamespace(path=str(path), dtype="float32", attn_implementation="sdpa",
                                       trust_remote_code=False), device=device)
 
@@ -170,7 +174,7 @@ def main() -> None:
           f"{args.completion} completion) tokens per step; {args.steps} timed steps")
     for size in args.sizes:
         r = bench(size, args, device)
-        line = (f"{r['size']:>11} {r['params_m']:8.1f}M params  GRPO update {r['grpo_tok_s']:10,.0f} tok/s  "
+        line = (f"{r['size'][-11:]:>11} {r['params_m']:8.1f}M params  GRPO update {r['grpo_tok_s']:10,.0f} tok/s  "
                 f"plain fwd+bwd {r['plain_tok_s']:10,.0f} tok/s  ratio {r['ratio']:.2f}")
         if device == "cuda":
             line += (f"  MFU {r['grpo_mfu']:.1%} vs {r['plain_mfu']:.1%}  peak {r['grpo_peak_gib']:.1f} vs "

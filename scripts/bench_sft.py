@@ -4,6 +4,8 @@
     python scripts/bench_sft.py --sizes small --steps 20
     python scripts/bench_sft.py --gpu                 # + a Qwen3-0.6B-shaped model (from config), LoRA and full
     python scripts/bench_sft.py --threads 1           # pin torch CPU threads
+    python scripts/bench_sft.py --sizes models/smollm2 --steps 4 --batch 2   # a real checkpoint directory
+                                                      # (`init-model source=smollm2-135m-instruct out=models/smollm2`)
 
 Examples are per-turn conversations shaped like ALFWorld's (Appendix L system prompt,
 an observation, a `<think>..</think><action>..</action>` response), tokenized with the
@@ -124,7 +126,7 @@ def qwen3_0_6b_checkpoint(folder: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", nargs="+", default=["tiny", "small"], help="local model sizes to run on CPU")
+    parser.add_argument("--sizes", nargs="+", default=["tiny", "small"], help="local model sizes (tiny, small, ...) or checkpoint directories to run on CPU")
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps per run (the first is warm-up)")
     parser.add_argument("--batch", type=int, default=8, help="examples per step")
     parser.add_argument("--gpu", action="store_true", help="also run a Qwen3-0.6B-shaped model on the GPU")
@@ -136,7 +138,8 @@ def main() -> None:
     print(f"torch threads: {torch.get_num_threads()}")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        runs = [(size, str(init_model(size, tmp / size)), "cpu") for size in args.sizes]
+        runs = [(Path(size).name, size, "cpu") if Path(size).is_dir() else (size, str(init_model(size, tmp / size)), "cpu")
+                for size in args.sizes]
         if args.gpu:
             runs.append(("qwen3-0.6b", qwen3_0_6b_checkpoint(tmp), "cuda"))
         header = ("model", "params", "mode", "head", "device", "seq", "s/step", "tok/s", "x trl", "peak GiB")
@@ -153,7 +156,7 @@ def main() -> None:
                 for head, r in rows.items():
                     peak = f"{r['peak_gib']:.1f}" if "peak_gib" in r else "-"
                     ratio = r["tok_per_s"] / rows["trl"]["tok_per_s"]
-                    print(f"{name:<11} {params / 1e6:>7.1f}M {'lora' if lora else 'full':<5} {head:<10} {device:<6} "
+                    print(f"{name[:11]:<11} {params / 1e6:>7.1f}M {'lora' if lora else 'full':<5} {head:<10} {device:<6} "
                           f"{r['seq_len']:>5.0f} {r['s_per_step']:>7.2f} {r['tok_per_s']:>9.0f} {ratio:>6.2f} "
                           f"{peak:>8}", flush=True)
 

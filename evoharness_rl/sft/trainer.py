@@ -170,6 +170,7 @@ def training_args(cfg: Any, device: str, has_validation: bool):
     return SFTConfig(
         output_dir=str(Path(cfg.out_dir) / "checkpoints"),
         num_train_epochs=s.epochs,
+        max_steps=s.max_steps,
         per_device_train_batch_size=s.per_device_batch_size,
         per_device_eval_batch_size=s.per_device_batch_size,
         gradient_accumulation_steps=s.gradient_accumulation_steps,
