@@ -59,7 +59,7 @@ _REGISTRY: dict[str, EnvEntry] = {
         tokenizer_text="evoharness_rl.envs.webshop.prompts:tokenizer_text",
     ),
     "webarena": EnvEntry(
-        builder="evoharness_rl.envs.webarena.adapter:make_webarena_env",
+        builder="evoharness_rl.envs.webarena:make_webarena_env",
         spec="evoharness_rl.envs.webarena.prompts:WEBARENA_SPEC",
         prepare="evoharness_rl.envs.webarena.data:prepare",  # the local sites' database (the real backend needs none)
     ),

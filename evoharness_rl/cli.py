@@ -200,6 +200,10 @@ def run_command(cfg) -> None:
     from evoharness_rl.runlog import set_progress
 
     set_progress(cfg.logger.progress)
+    if cfg.command == "view":  # out_dir is the site itself, replaced whole and atomically: no lock file in it
+        write_run_config(cfg)
+        _COMMANDS["view"](cfg)
+        return
     preflight(cfg)
     main_process = os.environ.get("RANK", "0") == "0"  # under torchrun/accelerate the first process holds the lock
     with out_dir_lock(cfg.out_dir, _note) if main_process else nullcontext():

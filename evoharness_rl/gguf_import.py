@@ -38,6 +38,7 @@ from typing import Any, Optional
 
 from evoharness_rl.errors import UserError
 from evoharness_rl.fileio import atomic_replace_dir
+from evoharness_rl.models import chatml_template
 
 LOGIT_TOLERANCE = 1e-4
 IMPORT_FILE = "import.json"
@@ -133,18 +134,7 @@ def training_template(default_system: Optional[str] = None) -> str:
         head = ("{%- if loop.first and messages[0]['role'] != 'system' %}"
                 "{{- '<|im_start|>system\\n" + _jinja_string(default_system) + "<|im_end|>\\n' }}"
                 "{%- endif %}")
-    return (
-        "{%- for message in messages %}" + head +
-        "{%- if message['role'] == 'assistant' %}"
-        "{{- '<|im_start|>assistant\\n' }}"
-        "{%- generation %}{{- message['content'] + '<|im_end|>' }}{%- endgeneration %}"
-        "{{- '\\n' }}"
-        "{%- else %}"
-        "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-        "{%- endif %}"
-        "{%- endfor %}"
-        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-    )
+    return chatml_template(head)
 
 
 def _jinja_string(text: str) -> str:

@@ -48,18 +48,27 @@ SPECIAL_TOKENS = (BOS, IM_START, IM_END, PAD)
 # generation block, so the end-of-turn token is trained; the prompt rendered with
 # add_generation_prompt is a token prefix of the full conversation (the special token and
 # the newline after "assistant" are pre-token boundaries).
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{%- if message['role'] == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- generation %}{{- message['content'] + '<|im_end|>' }}{%- endgeneration %}"
-    "{{- '\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+def chatml_template(system_head: str = "") -> str:
+    """ChatML with `{% generation %}` around each assistant message and its end-of-turn token.
+
+    `system_head`: Jinja rendered at the start of each message (a real model's default system
+    message goes there; see gguf_import.training_template).
+    """
+    return (
+        "{%- for message in messages %}" + system_head +
+        "{%- if message['role'] == 'assistant' %}"
+        "{{- '<|im_start|>assistant\\n' }}"
+        "{%- generation %}{{- message['content'] + '<|im_end|>' }}{%- endgeneration %}"
+        "{{- '\\n' }}"
+        "{%- else %}"
+        "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+
+
+CHAT_TEMPLATE = chatml_template()
 
 
 # ------------------------------------------------------------------------ building

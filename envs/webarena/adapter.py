@@ -1,6 +1,6 @@
 """WebArena behind the environment contract (envs/base.py).
 
-    env = make_webarena_env(env_cfg)     # env.webarena.backend: local (default) | webarena
+    env = make_webarena_env(env_cfg)     # (envs/webarena/__init__.py) env.webarena.backend: local (default) | webarena
 
 `local`: the three bundled sites (sites.py) over the seeded database (data.py), the task
 set of tasks.py, in a real headless Chromium driven by Playwright. Per environment: one
@@ -289,15 +289,3 @@ class WebArenaEnv(Environment):
         observation, cut = self.session.observe(reason, self.max_obs_tokens)
         return StepResult(observation=observation, admissible_actions=[], invalid=True,
                           info={"reason": reason, "obs_cut": cut})
-
-
-def make_webarena_env(env_cfg: Any) -> Environment:
-    """Build the WebArena environment of an `EnvConfig` (backend local or webarena)."""
-    backend = env_cfg.webarena.backend
-    if backend == "local":
-        return WebArenaEnv.from_config(env_cfg)
-    if backend == "webarena":
-        from evoharness_rl.envs.webarena.real import RealWebArenaEnv
-
-        return RealWebArenaEnv.from_config(env_cfg)
-    raise ValueError(f"env.webarena.backend={backend!r} is not valid; expected local or webarena")

@@ -26,14 +26,11 @@ from __future__ import annotations
 
 import random
 import re
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from evoharness_rl.envs.base import Teacher
 from evoharness_rl.envs.webarena.belief import parse_observation
 from evoharness_rl.harness.protocol import format_response
-
-if TYPE_CHECKING:  # pragma: no cover
-    from evoharness_rl.envs.webarena.adapter import WebArenaEnv
 
 Move = tuple[str, str]  # (reasoning, action)
 NOTES = {
@@ -54,7 +51,8 @@ def money_of(text: str) -> int:
 class ScriptedBrowser(Teacher):
     """The scripted browser for one episode (see module docstring)."""
 
-    def __init__(self, env: "WebArenaEnv", enabled_verbs: tuple[str, ...], harness_rate: float, rng: random.Random):
+    def __init__(self, env: Any, enabled_verbs: tuple[str, ...], harness_rate: float, rng: random.Random):
+        # env: the adapter's WebArenaEnv (not imported here: the adapter imports this module)
         self.env = env
         self.verbs = set(enabled_verbs)
         self.rate = harness_rate

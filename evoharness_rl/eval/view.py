@@ -29,6 +29,7 @@ replaced.
 
 from __future__ import annotations
 
+import functools
 import html
 import io
 import itertools
@@ -40,9 +41,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from evoharness_rl.eval.report import (ALFWORLD_FAMILIES, COST_COLUMNS, SPLIT_NAMES, ReportError, _mode_label,
+from evoharness_rl.eval.report import (COST_COLUMNS, SPLIT_NAMES, ReportError, _mode_label,
                                        cost_rows, dynamics_figure, families_figure, family_columns, load_run,
                                        run_cost, split_rows, training_figure)
+from evoharness_rl.envs import env_names, env_spec
 from evoharness_rl.fileio import atomic_replace_dir, atomic_write_text
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 
@@ -422,7 +424,7 @@ def family_cost_section(members: list[SiteRun]) -> list[str]:
                                                                            "invalid/ep", "gen. tokens/ep")]
     rows = []
     for fam in families:
-        row = [ALFWORLD_FAMILIES.get(fam, fam)]
+        row = [_family_titles().get(fam, fam)]
         for r in members:
             st = stats[r.slug].get(fam)
             row += ["–"] * 5 if st is None else [_pct(st["success"]), _num(st["steps"]), _num(st["harness"]),
@@ -431,8 +433,18 @@ def family_cost_section(members: list[SiteRun]) -> list[str]:
     return ["<h3>Per family, side by side</h3>", table(header, rows)]
 
 
+@functools.lru_cache(maxsize=1)
+def _family_titles() -> dict[str, str]:
+    """Family key -> column title, in each environment's own order (`EnvSpec.family_columns`)."""
+    titles: dict[str, str] = {}
+    for name in env_names():
+        spec = env_spec(name)
+        titles.update(spec.family_columns if spec is not None else {})
+    return titles
+
+
 def _family_order(family: str) -> tuple[int, str]:
-    order = list(ALFWORLD_FAMILIES)
+    order = list(_family_titles())
     return (order.index(family), family) if family in order else (len(order), family)
 
 
@@ -628,7 +640,7 @@ def run_page(run: SiteRun) -> str:
         parts += _training_sections(run)
     stats = family_stats(run.episodes)
     if stats:
-        rows = [[ALFWORLD_FAMILIES.get(f, f), st["episodes"], _pct(st["success"]), _num(st["steps"]),
+        rows = [[_family_titles().get(f, f), st["episodes"], _pct(st["success"]), _num(st["steps"]),
                  _num(st["harness"]), _num(st["invalid"]), _num(st["tokens"], 0)]
                 for f, st in sorted(stats.items(), key=lambda kv: _family_order(kv[0]))]
         parts += ["<h2>Per family, from the episode pages</h2>",

@@ -16,6 +16,7 @@ import pytest
 from evoharness_rl.envs.webarena.actions import ActionError, BrowserAction, parse_action
 from evoharness_rl.envs.webarena.observation import CUT_MARKER, count_tokens, cut_to_budget
 from evoharness_rl.envs.webarena.tasks import LocalTask, evaluate, normalise
+from tests.fakes.processes import assert_gone, descendants as _descendants, kill_and_expect_cleanup
 
 HOSTS = ("shop.test", "admin.test", "forum.test")
 
@@ -156,37 +157,6 @@ def test_a_site_server_that_stops_errors_the_episode(webarena_env_factory):
         env.step("scroll [down]")
 
 
-def _descendants(pid: int) -> set[int]:
-    """Live (not zombie) descendant processes of `pid`, read from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.add(pid)
-    return alive
-
-
 def test_close_leaves_no_browser_or_driver_process(webarena_env_factory):
     before = _descendants(os.getpid())
     first, second = webarena_env_factory(), webarena_env_factory()  # two contexts, one Chromium
@@ -197,10 +167,7 @@ def test_close_leaves_no_browser_or_driver_process(webarena_env_factory):
     first.close()
     assert not second.step("scroll [down]").invalid  # the shared browser still serves the second environment
     second.close()
-    deadline = time.monotonic() + 10
-    while _alive(started) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _alive(started)
+    assert_gone(started, grace_s=10, what="close")
 
 
 SCRIPT = textwrap.dedent("""
@@ -221,12 +188,7 @@ def test_a_killed_owner_leaves_no_browser_process(webarena_data, sig):
         assert proc.stdout.readline().strip() == "ready"
         started = _descendants(proc.pid)
         assert started
-        proc.send_signal(sig)
-        proc.wait(10)
-        deadline = time.monotonic() + 15
-        while _alive(started) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _alive(started), f"left behind after {sig.name}: {sorted(_alive(started))}"
+        kill_and_expect_cleanup(proc, started, sig, wait_s=10, grace_s=15)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,6 +11,7 @@ import pytest
 
 from evoharness_rl.eval.evaluate import evaluate
 from test_eval_envs import SUMMARY_KEYS, compose_config, run_cli
+from tests.fakes.processes import descendants, kill_and_expect_cleanup
 
 
 @pytest.fixture(scope="session")
@@ -77,20 +78,12 @@ def test_real_backend_names_an_unreachable_site(monkeypatch):
         check_setup(timeout_s=2)
 
 
-def _descendants(pid: int) -> set[int]:
-    from tests.envs.test_webarena import _descendants as walk
-
-    return walk(pid)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_a_killed_eval_leaves_no_browser_worker_or_site_process(webarena_data, tmp_path, sig):
     """The CLI's workers, their Playwright drivers and Chromiums all go when the CLI is killed."""
     import signal
     import time
-
-    from tests.envs.test_webarena import _alive
 
     args = [f"{k}={v}" for k, v in webarena(webarena_data, tmp_path, policy="scripted").items() if k != "command"]
     proc = subprocess.Popen([sys.executable, "-m", "evoharness_rl", "eval", *args], stdout=subprocess.DEVNULL,
@@ -99,14 +92,9 @@ def test_a_killed_eval_leaves_no_browser_worker_or_site_process(webarena_data, t
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and not list((tmp_path / "trajectories").glob("*.json")):
             time.sleep(0.1)
-        started = _descendants(proc.pid)
+        started = descendants(proc.pid)
         assert len(started) >= 4, "workers, drivers and Chromium processes should be running"
-        proc.send_signal(getattr(signal, sig))
-        proc.wait(30)
-        deadline = time.monotonic() + 20
-        while _alive(started) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not _alive(started), f"left behind after {sig}: {sorted(_alive(started))}"
+        kill_and_expect_cleanup(proc, started, getattr(signal, sig), wait_s=30, grace_s=20)
     finally:
         if proc.poll() is None:
             proc.kill()
