@@ -35,7 +35,7 @@ def make_count_env(tasks_per_family: int = 3, marker_dir: str | None = None) -> 
 
 
 def build_count_env(env_cfg=None) -> "CountEnv":
-    """The registry's builder signature (`register_env("count", "grpo_fakes:build_count_env")`)."""
+    """The registry's builder signature (`register_env("count", "tests.fakes.count:build_count_env")`)."""
     return CountEnv()
 
 

@@ -25,7 +25,7 @@ ARTIFACTS = Path(os.environ.get("EVOHARNESS_TEST_ARTIFACTS", "outputs/test-artif
 @pytest.fixture(scope="module")
 def observed(warm_model_dir, tmp_path_factory):
     """{grpo, eval_warm, eval_grpo}: run directories of a 2-update GRPO run and greedy evals before and after it."""
-    from grpo_fakes import make_count_env, tiny_config
+    from tests.fakes.count import make_count_env, tiny_config
 
     from evoharness_rl.config import Config
     from evoharness_rl.envs import register_env
@@ -45,7 +45,7 @@ def observed(warm_model_dir, tmp_path_factory):
     finally:
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
-    register_env("count", "grpo_fakes:build_count_env")
+    register_env("count", "tests.fakes.count:build_count_env")
     set_progress(False)
     runs = {"grpo": root / "grpo"}
     for name, model in (("eval_warm", warm_model_dir), ("eval_grpo", final)):
