@@ -20,14 +20,20 @@ CLI=(.venv/bin/python -m evoharness_rl)
 start=$SECONDS
 runs=()
 for seed in $SEEDS; do
+  # The two modes side by side, one core each (GRPO on this model uses one thread); logs in $L/<run>.log.
+  pids=()
   for mode in adaptive env_only; do
     out="$L/${mode}_seed$seed"
-    printf '\n=== [%4ds] GRPO harness.mode=%s seed=%s -> %s\n' $((SECONDS - start)) "$mode" "$seed" "$out"
-    [ -f "$out/final/config.json" ] || OMP_NUM_THREADS=1 "${CLI[@]}" grpo experiment=learning "env.data_dir=$D/data" \
-      "model.path=$D/sft/merged" policy=hf "experience.bank=$D/collect/bank.json" "harness.mode=$mode" "seed=$seed" \
-      "out_dir=$out" resume=true "$@"
     runs+=("$out")
+    [ -f "$out/final/config.json" ] && continue
+    printf '\n=== [%4ds] GRPO harness.mode=%s seed=%s -> %s\n' $((SECONDS - start)) "$mode" "$seed" "$out"
+    mkdir -p "$L"
+    OMP_NUM_THREADS=1 "${CLI[@]}" grpo experiment=learning "env.data_dir=$D/data" \
+      "model.path=$D/sft/merged" policy=hf "experience.bank=$D/collect/bank.json" "harness.mode=$mode" "seed=$seed" \
+      "out_dir=$out" resume=true logger.progress=false "$@" > "$L/${mode}_seed$seed.log" 2>&1 &
+    pids+=($!)
   done
+  for pid in "${pids[@]}"; do wait "$pid" || { echo "a GRPO run failed; see $L/*_seed$seed.log" >&2; exit 1; }; done
 done
 "${CLI[@]}" report "runs=[$(IFS=,; echo "${runs[*]}")]" "out_dir=$L/report" > /dev/null
 printf '\nLearning study finished in %d s. Report: %s/report/report.md (dynamics.png)\n' $((SECONDS - start)) "$L"
