@@ -29,16 +29,13 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from evoharness_rl.errors import UserError
-from evoharness_rl.fileio import atomic_replace_dir
-from evoharness_rl.models import chatml_template
+from evoharness_rl.models import chatml_template, save_checkpoint
 
 LOGIT_TOLERANCE = 1e-4
 IMPORT_FILE = "import.json"
@@ -228,13 +225,10 @@ def import_gguf(source: str, out_dir: str | Path, log: Any = print) -> Path:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.config.name_or_path = source
 
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        check = verify_checkpoint(staging, model, tokenizer)
+    check: dict[str, Any] = {}
+
+    def verify_and_record(staging: Path) -> None:
+        check.update(verify_checkpoint(staging, model, tokenizer))
         record = {
             "source": source,
             "package": f"{known.package}=={known.version}" if known is not None else None,
@@ -248,10 +242,8 @@ def import_gguf(source: str, out_dir: str | Path, log: Any = print) -> Path:
             **check,
         }
         (staging / IMPORT_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        staging.chmod(0o755)  # mkdtemp makes it private; a checkpoint is an ordinary directory
-        atomic_replace_dir(staging, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    out_dir = save_checkpoint(model, tokenizer, out_dir, before_publish=verify_and_record)
     log(f"verified: max |logit diff| {check['max_logit_diff']:.2e} over {check['prompt_tokens']} prompt tokens")
     return out_dir
 

@@ -23,7 +23,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from evoharness_rl.envs import env_names, env_part
 from evoharness_rl.errors import UserError
@@ -82,14 +82,22 @@ def init_model(size: str, out_dir: str | os.PathLike, seed: int = 0) -> Path:
     return save_checkpoint(build_model(size, tokenizer, seed), tokenizer, out_dir)
 
 
-def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> Path:
-    """Save `model` and `tokenizer` as one HF checkpoint directory, atomically (written aside, renamed)."""
+def save_checkpoint(model: Any, tokenizer: Any, out_dir: str | os.PathLike,
+                    before_publish: Optional[Callable[[Path], None]] = None) -> Path:
+    """Save `model` and `tokenizer` as one HF checkpoint directory, atomically (written aside, renamed).
+
+    `before_publish(staging_dir)` runs on the written files before the rename: it may add files
+    or raise, and then nothing reaches `out_dir`.
+    """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if before_publish is not None:
+            before_publish(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes it private; a checkpoint is an ordinary directory
         atomic_replace_dir(tmp, out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
