@@ -36,36 +36,60 @@ stage "collect scripted-teacher traces (adaptive BPE use, Experience evolving on
 [ -f "$D/collect/summary.json" ] || "${CLI[@]}" collect "${COMMON[@]}" policy=scripted split=train \
   experience.evolve=online "out_dir=$D/collect"
 
-stage "SFT (full-parameter, from scratch)"
-# One thread: a model this small gains little from a second, and two OpenMP threads collapse (8x slower,
-# measured) as soon as anything else wants a core.
-[ -f "$D/sft/merged/config.json" ] || OMP_NUM_THREADS=1 "${CLI[@]}" sft "${COMMON[@]}" "model.path=$D/model" "sft.data=$D/collect" \
-  "out_dir=$D/sft" resume=true
-
-stage "GRPO from the SFT checkpoint (bank: the teacher's, evolving)"
-[ -f "$D/grpo/final/config.json" ] || OMP_NUM_THREADS=1 "${CLI[@]}" grpo "${COMMON[@]}" "model.path=$D/sft/merged" \
-  policy=hf "experience.bank=$D/collect/bank.json" "out_dir=$D/grpo" resume=true
-
-# eval <name> <model dir> <bank file or null>: both splits side by side, one core each (a small model gains
-# nothing from a second thread), greedy (the eval default).
+# From here on every job runs on one thread, at most two at a time (one per core): a model this small
+# gains little from a second thread, and two OpenMP threads collapse (8x slower, measured) as soon as
+# anything else wants a core. Jobs that do not depend on each other overlap: the untrained model's
+# evaluation runs beside SFT, SFT's evaluation without a bank beside GRPO. Logs: $D/logs/<job>.log.
+mkdir -p "$D/logs"
+rm -f "$D"/logs/*.failed
+# job <name> <command...>: run it with its output in $D/logs/<name>.log; a failure leaves <name>.failed.
+job() {
+  local name=$1; shift
+  if ! OMP_NUM_THREADS=1 "$@" > "$D/logs/$name.log" 2>&1; then
+    echo "$name failed; see $D/logs/$name.log" >&2
+    touch "$D/logs/$name.failed"
+  fi
+}
+# launch <name> <command...>: start a job in the background once one of the two slots is free.
+launch() {
+  while (( $(jobs -rp | wc -l) >= 2 )); do wait -n || true; done
+  stage "start $1 (log: $D/logs/$1.log)"
+  job "$@" &
+}
+# finished: wait for every running job; stop the demo if one failed.
+finished() {
+  wait
+  if compgen -G "$D/logs/*.failed" > /dev/null; then exit 1; fi
+}
+# evaluate <name> <model dir> <bank file or null>: greedy (the eval default), every task of both splits.
 evaluate() {
-  local name=$1 model=$2 bank=$3 pids=() split
-  stage "eval $name on valid_seen and valid_unseen (greedy, every task)"
+  local name=$1 model=$2 bank=$3 split
   for split in valid_seen valid_unseen; do
     [ -f "$D/eval_${name}_${split}/summary.json" ] && continue
-    OMP_NUM_THREADS=1 "${CLI[@]}" eval "${COMMON[@]}" "model.path=$model" policy=hf "split=$split" \
-      "experience.bank=$bank" env.num_workers=1 logger.progress=false "out_dir=$D/eval_${name}_${split}" \
-      > "$D/eval_${name}_${split}.log" 2>&1 &
-    pids+=($!)
+    launch "eval_${name}_${split}" "${CLI[@]}" eval "${COMMON[@]}" "model.path=$model" policy=hf "split=$split" \
+      "experience.bank=$bank" env.num_workers=1 logger.progress=false "out_dir=$D/eval_${name}_${split}"
   done
-  for pid in "${pids[@]}"; do wait "$pid" || { echo "eval failed; see $D/eval_${name}_*.log" >&2; exit 1; }; done
 }
-BANK="$D/grpo/final/bank.json"
+
+[ -f "$D/sft/merged/config.json" ] || launch sft "${CLI[@]}" sft "${COMMON[@]}" "model.path=$D/model" \
+  "sft.data=$D/collect" "out_dir=$D/sft" resume=true logger.progress=false
 evaluate untrained_none "$D/model" null
+finished
+
+[ -f "$D/grpo/final/config.json" ] || launch grpo "${CLI[@]}" grpo "${COMMON[@]}" "model.path=$D/sft/merged" \
+  policy=hf "experience.bank=$D/collect/bank.json" "out_dir=$D/grpo" resume=true logger.progress=false
 evaluate sft_none "$D/sft/merged" null
-evaluate sft_evolved "$D/sft/merged" "$BANK"
+# The rows below need GRPO's checkpoint or its evolved bank.
+while [ ! -f "$D/grpo/final/config.json" ]; do
+  if compgen -G "$D/logs/*.failed" > /dev/null; then finished; fi
+  [ -n "$(jobs -rp)" ] || { echo "GRPO ended without $D/grpo/final; see $D/logs/grpo.log" >&2; exit 1; }
+  wait -n || true
+done
+BANK="$D/grpo/final/bank.json"
 evaluate grpo_none "$D/grpo/final" null
+evaluate sft_evolved "$D/sft/merged" "$BANK"
 evaluate grpo_evolved "$D/grpo/final" "$BANK"
+finished
 
 stage "report"
 runs=$(printf "$D/eval_%s," {untrained_none,sft_none,sft_evolved,grpo_none,grpo_evolved}_{valid_seen,valid_unseen})

@@ -15,6 +15,9 @@
   success, harness calls by verb, episode length and Experience operations per
   consolidation cycle, against the update) and a table of the updates each needed to
   reach validation-success thresholds (paper Fig. 8, 3 and 5).
+- GRPO runs whose resolved configs differ only in `seed` (and `out_dir`) are seeds of one
+  setting: the panels draw their mean with the min-max band, and an "across seeds" table
+  gives each setting's validation success as mean and range over its seeds.
 
 Plots are written next to `report.md` in `out_dir` (when given) and linked from it.
 """
@@ -22,6 +25,7 @@ Plots are written next to `report.md` in `out_dir` (when given) and linked from 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Optional
 
@@ -284,6 +288,63 @@ def _series(run: dict, key: str) -> list[tuple[float, float]]:
     return [(m["step"], m[key]) for m in run["metrics"] if m.get(key) is not None]
 
 
+SEED_SUFFIX = re.compile(r"[_-]?seed\d+$")
+NOT_SETTING = ("seed", "out_dir", "resume")  # config keys that do not make two runs different settings
+
+
+def seed_groups(runs: list[dict]) -> list[tuple[str, list[dict]]]:
+    """GRPO runs whose resolved `config.yaml` differs only in NOT_SETTING, together: [(label, runs)].
+
+    A run without a config.yaml is its own group. Labels: the run's name, or for several
+    seeds the first run's name without its `_seedN` suffix.
+    """
+    groups: dict[str, list[dict]] = {}
+    for run in _training_runs(runs):
+        groups.setdefault(_setting_key(run), []).append(run)
+    labelled = []
+    for members in groups.values():
+        label = members[0]["name"] if len(members) == 1 else SEED_SUFFIX.sub("", members[0]["name"])
+        labelled.append((label or members[0]["name"], members))
+    return labelled
+
+
+def _setting_key(run: dict) -> str:
+    config_file = Path(run["dir"]) / "config.yaml"
+    if not config_file.exists():
+        return f"run:{run['dir']}"
+    import yaml
+
+    config = yaml.safe_load(config_file.read_text(encoding="utf-8")) or {}
+    for key in NOT_SETTING:
+        config.pop(key, None)
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _mean_band(members: list[dict], key: str) -> list[tuple[float, float, float, float]]:
+    """(update, mean, min, max) over the seeds at every update that all of them logged."""
+    by_seed = [dict(_series(run, key)) for run in members]
+    common = sorted(set.intersection(*(set(s) for s in by_seed))) if by_seed else []
+    rows = []
+    for update in common:
+        values = [s[update] for s in by_seed]
+        rows.append((update, sum(values) / len(values), min(values), max(values)))
+    return rows
+
+
+def across_seeds_table(runs: list[dict]) -> Optional[str]:
+    """Markdown: per setting with several seeds, validation success at each validation point (mean, range)."""
+    groups = [(label, members) for label, members in seed_groups(runs)
+              if len(members) > 1 and _mean_band(members, "val/success_rate")]
+    if not groups:
+        return None
+    lines = [_row(["Setting", "seeds", "validation success by update: mean (min-max)"]), _row(["---"] * 3)]
+    for label, members in groups:
+        points = "; ".join(f"{int(u) + 1}: {_pct(mean)} ({_pct(lo)}-{_pct(hi)})"
+                           for u, mean, lo, hi in _mean_band(members, "val/success_rate"))
+        lines.append(_row([label, str(len(members)), points]))
+    return "\n".join(lines)
+
+
 def updates_to_threshold(runs: list[dict]) -> Optional[str]:
     """Markdown: the first update whose validation success reaches each threshold (paper Fig. 8's table)."""
     runs = [r for r in _training_runs(runs) if _series(r, "val/success_rate")]
@@ -311,14 +372,21 @@ def dynamics_figure(runs: list[dict]):
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(DYNAMICS), figsize=(4.2 * len(DYNAMICS), 3.6))
+    groups = seed_groups(runs)
     for ax, (title, keys, scale) in zip(axes, DYNAMICS):
-        for run in runs:
+        for name, members in groups:
             for key, legend in keys:
-                points = _series(run, key)
-                if points:
-                    label = " ".join(x for x in (run["name"] if len(runs) > 1 else "", legend) if x) or run["name"]
-                    ax.plot([u + 1 for u, _ in points], [scale * v for _, v in points], marker="o", markersize=3,
-                            label=label)
+                band = _mean_band(members, key)
+                if not band:
+                    continue
+                label = " ".join(x for x in (name if len(groups) > 1 else "", legend) if x) or name
+                if len(members) > 1:
+                    label += f" (mean of {len(members)} seeds)"
+                x = [u + 1 for u, *_ in band]
+                line, = ax.plot(x, [scale * m for _, m, _, _ in band], marker="o", markersize=3, label=label)
+                if len(members) > 1:
+                    ax.fill_between(x, [scale * lo for *_, lo, _ in band], [scale * hi for *_, hi in band],
+                                    color=line.get_color(), alpha=0.15, linewidth=0)
         ax.set_xlabel("update")
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
@@ -362,6 +430,9 @@ def report(run_dirs: list[str | Path], out_dir: Optional[str | Path] = None) -> 
         sections += ["", "## Learning dynamics", "", f"![learning dynamics]({png.name})"]
     if thresholds := updates_to_threshold(runs):
         sections += ["", "## Updates to validation-success thresholds", "", thresholds]
+    if seeds := across_seeds_table(runs):
+        sections += ["", "## Across seeds", "", "Validation success of each setting run with several seeds "
+                     "(update: mean over seeds, min-max in brackets).", "", seeds]
     text = "\n".join(sections) + "\n"
     if target is not None:
         atomic_write_text(target / REPORT_FILE, text)

@@ -109,6 +109,25 @@ def test_learning_dynamics_of_two_grpo_runs(tmp_path):
     assert "| env_only | 10.0 | 32.0 | 3 | not reached |" in lines
 
 
+def test_seeds_of_one_setting_are_averaged(tmp_path):
+    """Runs whose configs differ only in seed and out_dir: one mean line with a band, and an across-seeds table."""
+    def run_dir(name: str, seed: int, mode: str, val: list[float]) -> object:
+        d = _write(tmp_path, name, metrics=[{"step": u, "success_rate": 0.1, "val/success_rate": v}
+                                             for u, v in enumerate(val)])
+        (d / "config.yaml").write_text(f"command: grpo\nout_dir: {d}\nseed: {seed}\nharness:\n  mode: {mode}\n")
+        return d
+
+    runs = [run_dir("adaptive_seed0", 0, "adaptive", [0.2, 0.4]), run_dir("adaptive_seed1", 1, "adaptive", [0.1, 0.6]),
+            run_dir("env_only_seed0", 0, "env_only", [0.1, 0.2])]
+    text = report(runs, tmp_path / "report")
+    assert (tmp_path / "report" / "dynamics.png").stat().st_size > 1000
+    lines = text.splitlines()
+    # Only adaptive has several seeds; env_only (another harness mode) is not folded into it.
+    assert "| adaptive | 2 | 1: 15.0 (10.0-20.0); 2: 50.0 (40.0-60.0) |" in lines
+    assert not any(line.startswith("| env_only | ") and "seeds" in line for line in lines)
+    assert sum(line.startswith("| env_only") for line in lines) == 1  # its updates-to-threshold row only
+
+
 def test_prompt_variants_are_told_apart(tmp_path):
     rates = dict(zip(ALF, [0.5] * 6))
     runs = []
