@@ -78,6 +78,80 @@ def test_real_backend_names_an_unreachable_site(monkeypatch):
         check_setup(timeout_s=2)
 
 
+@pytest.fixture
+def answering_sites(monkeypatch):
+    """Every WA_* URL at one loopback HTTP server that answers 200: the sites are up as far as the setup check sees."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from evoharness_rl.envs.webarena.real import SITE_VARS
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server hook
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    for var in SITE_VARS:
+        monkeypatch.setenv(var, f"http://127.0.0.1:{server.server_address[1]}")
+    yield
+    server.shutdown()
+    server.server_close()
+
+
+def test_real_backend_names_missing_nltk_data(answering_sites, monkeypatch, tmp_path):
+    import nltk
+
+    from evoharness_rl.envs.webarena.real import WebArenaSetupError, check_setup
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])  # no punkt_tab anywhere NLTK looks
+    with pytest.raises(WebArenaSetupError) as err:
+        check_setup(timeout_s=2)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("NLTK data punkt_tab is missing")
+    assert "python -m nltk.downloader punkt_tab" in message and "docs/webarena.md" in message
+
+
+def test_real_backend_setup_passes_with_sites_data_and_package(answering_sites, monkeypatch, tmp_path):
+    """The installed browsergym-webarena imports beside this project's transformers and registers WebArena's tasks."""
+    import nltk
+    import transformers
+
+    from evoharness_rl.envs.webarena.real import SITE_VARS, check_setup
+
+    (tmp_path / "tokenizers" / "punkt_tab").mkdir(parents=True)
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    urls = check_setup(timeout_s=2)
+    assert sorted(urls) == sorted(SITE_VARS) and transformers.__version__.startswith("5.")
+    import browsergym.webarena
+
+    assert len(browsergym.webarena.ALL_WEBARENA_TASK_IDS) == 812
+
+
+def test_the_paper_subset_drops_backend_edit_tasks_and_uses_the_paper_columns():
+    import importlib.resources
+
+    import webarena
+
+    from evoharness_rl.envs.webarena.real import paper_subset
+
+    configs = json.loads(importlib.resources.files(webarena).joinpath("test.raw.json").read_text())
+    edits = {c["task_id"] for c in configs if "program_html" in c["eval"]["eval_types"]}
+    subset = paper_subset()
+    assert edits and {t for t, _ in subset} == {c["task_id"] for c in configs} - edits
+    families = dict(subset)
+    assert set(families.values()) == {"SP", "CMS", "Maps", "G&R"}
+    for conf in configs:
+        if conf["task_id"] in families and conf["sites"][0] == "wikipedia":
+            assert families[conf["task_id"]] == "Maps"  # Wikipedia's tasks go with the map they also use
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_a_killed_eval_leaves_no_browser_worker_or_site_process(webarena_data, tmp_path, sig):
