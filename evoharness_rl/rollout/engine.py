@@ -135,6 +135,7 @@ class RolloutEngine:
         self.slip_rate = slip_rate  # scripted teacher: share of turns replaced by a rejected plausible mistake
         self.reward_cfg = reward_cfg  # config.RewardConfig: store reward components in each record
         self.stats = RolloutStats()
+        self._capped: list[_Live] = []  # episodes of this turn at the trajectory cap (`_generate` -> `_step`)
 
     # -- public ---------------------------------------------------------------------------
 
