@@ -98,8 +98,9 @@ def answering_sites(monkeypatch):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    for var in SITE_VARS:
+    for var in SITE_VARS:  # and the unprefixed names browsergym-webarena copies them to (restored after the test)
         monkeypatch.setenv(var, f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv(var.removeprefix("WA_"), f"http://127.0.0.1:{server.server_address[1]}")
     yield
     server.shutdown()
     server.server_close()
@@ -150,6 +151,37 @@ def test_the_paper_subset_drops_backend_edit_tasks_and_uses_the_paper_columns():
     for conf in configs:
         if conf["task_id"] in families and conf["sites"][0] == "wikipedia":
             assert families[conf["task_id"]] == "Maps"  # Wikipedia's tasks go with the map they also use
+
+
+def test_the_real_env_splits_the_subset_and_builds_webarena_tasks(answering_sites, monkeypatch, tmp_path):
+    """Up to the browser: the env lists the paper subset by split and family, and browsergym-webarena builds a
+    task of it from the installed task file with the configured site URLs."""
+    import nltk
+
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs.webarena.real import RealWebArenaEnv
+
+    (tmp_path / "tokenizers" / "punkt_tab").mkdir(parents=True)
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    cfg = EnvConfig(name="webarena")
+    cfg.webarena.backend = "webarena"
+    env = RealWebArenaEnv.from_config(cfg)
+    test, train = env.task_ids("test"), env.task_ids("train")
+    assert len(test) + len(train) == 401 and len(test) - len(train) in (0, 1) and env.task_ids("valid_seen") == test
+    assert {env.task_family(t) for t in test} == {env.task_family(t) for t in train} == {"SP", "CMS", "Maps", "G&R"}
+    env.close()
+    cfg.webarena.real_task_ids = [27, 28, 29]  # three Reddit questions
+    chosen = RealWebArenaEnv.from_config(cfg)
+    listed = chosen.task_ids("test") + chosen.task_ids("train")
+    assert sorted(int(k.rsplit("/", 1)[1]) for k in listed) == [27, 28, 29]
+    assert {chosen.task_family(k) for k in listed} == {"G&R"}
+    chosen.close()
+
+    from browsergym.webarena.task import GenericWebArenaTask
+
+    task = GenericWebArenaTask(seed=0, task_id=27)
+    site = os.environ["WA_REDDIT"]
+    assert task.task_configs[0]["intent"] and task.task_configs[0]["start_url"].startswith(site)
 
 
 @pytest.mark.slow
