@@ -88,9 +88,12 @@ def answering_sites(monkeypatch):
 
     class Ok(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the http.server hook
+            body = b"<!doctype html><title>Stand-in</title><h1>Stand-in site</h1><a href='/next'>Next page</a>"
             self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(b"ok")
+            self.wfile.write(body)
 
         def log_message(self, *args):
             pass
@@ -182,6 +185,37 @@ def test_the_real_env_splits_the_subset_and_builds_webarena_tasks(answering_site
     task = GenericWebArenaTask(seed=0, task_id=27)
     site = os.environ["WA_REDDIT"]
     assert task.task_configs[0]["intent"] and task.task_configs[0]["start_url"].startswith(site)
+
+
+def test_a_real_backend_episode_on_a_stand_in_map_site(answering_sites, monkeypatch, tmp_path):
+    """browsergym-webarena's reset (site login, start page, goal), a browser action and a stop scored by WebArena's
+    own evaluator, in a real Chromium, with a loopback stand-in for the map site: task 70 asks for a zip code and is
+    judged by exact match ('15213'), so the stand-in's pages need no content."""
+    import nltk
+
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs.webarena.real import RealWebArenaEnv
+
+    (tmp_path / "tokenizers" / "punkt_tab").mkdir(parents=True)
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    cfg = EnvConfig(name="webarena")
+    cfg.webarena.backend, cfg.webarena.real_task_ids = "webarena", [70]
+    env = RealWebArenaEnv.from_config(cfg)
+    try:
+        (key,) = env.task_ids("test")
+        task, first = env.reset(key)
+        assert task.family == "Maps" and "zip code of Carnegie Mellon University" in task.objective
+        assert first.observation.startswith(f"URL: {os.environ['WA_MAP']}/") and "Stand-in site" in first.observation
+        assert env.step("goto [http://example.com/]").invalid  # refused: not a configured site
+        moved = env.step(f"click [{first.observation.split('] link')[0].rsplit('[', 1)[1]}]")
+        assert not moved.invalid and "/next" in moved.observation.splitlines()[0]
+        done = env.step("stop [15213]")
+        assert done.done and done.won and done.score == 1.0
+        env.reset(key)
+        wrong = env.step("stop [15217]")
+        assert wrong.done and not wrong.won and wrong.score == 0.0
+    finally:
+        env.close()
 
 
 @pytest.mark.slow
