@@ -355,8 +355,8 @@ def validate(cfg: Config) -> Config:
     _choice("split", cfg.split, ("train", "valid_seen", "valid_unseen", "test"))
     for name in ("env.max_steps_train", "env.max_steps_eval", "env.recall_k", "env.num_workers",
                  "env.alfworld.train_games", "env.webshop.num_products", "env.webshop.num_goals",
-                 "policy.max_new_tokens", "policy.max_prompt_tokens", "policy.max_trajectory_tokens", "policy.batch_size",
-                 "policy.concurrency",
+                 "policy.max_new_tokens", "policy.max_prompt_tokens", "policy.max_trajectory_tokens",
+                 "policy.batch_size", "policy.concurrency",
                  "harness.progress_capacity", "sft.lora_r", "sft.per_device_batch_size",
                  "sft.gradient_accumulation_steps", "sft.max_seq_length", "grpo.updates", "grpo.prompts_per_update",
                  "grpo.group_size", "grpo.mini_batch_trajectories", "grpo.micro_batch_samples", "grpo.inner_epochs",

@@ -32,7 +32,7 @@ from evoharness_rl.engines.tokens import (
 )
 
 __all__ = [
-    "Completion", "GenerationBackend", "GenerationRequest", "SamplingSettings", "make_backend",
+    "Completion", "GenerationBackend", "GenerationRequest", "SamplingSettings", "make_backend", "context_tokens",
     "encode_prompt", "encode_continuation", "continuation_head_length", "load_tokenizer", "stop_token_ids",
     "system_head_length", "truncate_prompt",
 ]

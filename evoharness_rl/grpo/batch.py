@@ -152,7 +152,7 @@ def _accumulated_sample(traj, advantage: float, index: int) -> list[Sample]:
         return []
     if traj.loss_mask[0]:
         raise ValueError(f"trajectory {traj.task_id!r}: the first token cannot be a loss token (nothing predicts it)")
-    for turn in traj.turns:  # the row scores each completion after the whole sequence before it: that must be its prompt
+    for turn in traj.turns:  # the row scores each completion after the whole sequence before it: its prompt, exactly
         n, completion = len(turn.prompt_ids), list(turn.completion_ids)
         if turn.prompt_ids and (traj.sequence_ids[:n] != list(turn.prompt_ids)
                                 or traj.sequence_ids[n:n + len(completion)] != completion):
