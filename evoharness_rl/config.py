@@ -123,7 +123,8 @@ class PolicyConfig:
     temperature: float = 0.0  # eval / collect decoding temperature (0: greedy); GRPO rollouts use grpo.temperature, its validation is greedy
     top_p: float = 1.0  # nucleus sampling mass
     max_new_tokens: int = 512  # generated tokens per turn (paper: 512 ALFWorld / 1024 WebShop)
-    max_prompt_tokens: int = 12288  # longer prompts keep their first system message and are cut from the left
+    max_prompt_tokens: int = 12288  # per-turn prompt limit: the prompt tokens a turn adds (per_turn: its whole prompt; accumulated: the first prompt, then each turn's new environment message); longer ones keep their head (system message / turn header) and their most recent tokens
+    max_trajectory_tokens: int = 8192  # accumulated context: tokens an episode may add after its first prompt (completions + environment messages; paper: 8,192 on WebArena); a turn that could not fit max_new_tokens more ends the episode as a failure flagged token_capped (token backends)
     batch_size: int = 64  # prompts per backend call (hf); vLLM schedules its own batches
     path: Optional[str] = None  # replay: JSON file with a list of raw responses
     harness_rate: float = 0.5  # scripted: how often the teacher uses BPE actions (0..1)
@@ -354,7 +355,8 @@ def validate(cfg: Config) -> Config:
     _choice("split", cfg.split, ("train", "valid_seen", "valid_unseen", "test"))
     for name in ("env.max_steps_train", "env.max_steps_eval", "env.recall_k", "env.num_workers",
                  "env.alfworld.train_games", "env.webshop.num_products", "env.webshop.num_goals",
-                 "policy.max_new_tokens", "policy.max_prompt_tokens", "policy.batch_size", "policy.concurrency",
+                 "policy.max_new_tokens", "policy.max_prompt_tokens", "policy.max_trajectory_tokens",
+                 "policy.batch_size", "policy.concurrency",
                  "harness.progress_capacity", "sft.lora_r", "sft.per_device_batch_size",
                  "sft.gradient_accumulation_steps", "sft.max_seq_length", "grpo.updates", "grpo.prompts_per_update",
                  "grpo.group_size", "grpo.mini_batch_trajectories", "grpo.micro_batch_samples", "grpo.inner_epochs",
@@ -380,6 +382,11 @@ def validate(cfg: Config) -> Config:
                           "advantage signal, so no update would ever change the policy")
     if cfg.grpo.temperature <= 0:
         raise ConfigError(f"grpo.temperature={cfg.grpo.temperature!r} must be > 0: GRPO needs sampled, varied groups")
+    if cfg.env.context == "accumulated" and cfg.policy.max_trajectory_tokens < cfg.policy.max_new_tokens:
+        raise ConfigError(
+            f"policy.max_trajectory_tokens={cfg.policy.max_trajectory_tokens} is below policy.max_new_tokens="
+            f"{cfg.policy.max_new_tokens}: no accumulated-context episode could take a single turn; raise it"
+        )
     for budget in cfg.grpo.horizon_curriculum:
         _positive("grpo.horizon_curriculum[]", budget)
     if cfg.env.webshop.test_goals > cfg.env.webshop.num_goals:

@@ -134,7 +134,8 @@ def bench_model(cfg: Config, tasks: list[str], backend_name: str, model: str, ar
     sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
     pool = EnvPool(env_factory(cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
     jobs = [EpisodeJob(t, seed=cfg.seed) for t in tasks]
-    with RolloutEngine(pool, backend, backend.tokenizer, sampling, cfg.policy.max_prompt_tokens, len(jobs)) as engine:
+    with RolloutEngine(pool, backend, backend.tokenizer, sampling, cfg.policy.max_prompt_tokens, len(jobs),
+                       max_trajectory_tokens=cfg.policy.max_trajectory_tokens) as engine:
         engine.run(jobs[:2], episode_settings(cfg))  # warm-up: envs, kernels, caches
         backend.batches = []
         engine.run(jobs, episode_settings(cfg))

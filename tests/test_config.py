@@ -73,6 +73,7 @@ def test_webarena_sets_the_paper_table_10_values():
     assert (cfg.env.context, cfg.env.max_steps_eval, cfg.env.recall_k, cfg.env.webarena.backend) == (
         "accumulated", 15, 3, "local")
     assert cfg.grpo.horizon_curriculum == [8, 10, 15] and cfg.sft.epochs == 3.0
+    assert (cfg.policy.max_prompt_tokens, cfg.policy.max_trajectory_tokens) == (2048, 8192)
     assert (cfg.reward.success_scale, cfg.reward.invalid_penalty, cfg.reward.repeat_penalty,
             cfg.reward.lambda_div_max, cfg.reward.lambda_eff) == (1.0, 0.01, 0.01, 0.02, 0.02)
     assert (cfg.grpo.group_size, cfg.grpo.prompts_per_update, cfg.grpo.mini_batch_trajectories,
@@ -83,16 +84,34 @@ ENVS = sorted(p.stem for p in (CONFIGS / "env").glob("*.yaml"))
 ABLATIONS = {"no_diversity": ("lambda_div_max", 0.0), "no_efficiency": ("lambda_eff", 0.0)}
 
 
+EXPERIMENTS = [None] + sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
+
+
+def test_every_reward_ablation_is_covered():
+    assert sorted(ABLATIONS) == sorted(p.stem for p in (CONFIGS / "reward").glob("*.yaml") if p.stem != "default")
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
 @pytest.mark.parametrize("env", ENVS)
 @pytest.mark.parametrize("ablation", sorted(ABLATIONS))
-def test_a_reward_ablation_wins_over_the_env_defaults(env, ablation):
-    """The env sets its paper reward values; a chosen ablation still zeroes its weight (and only that one)."""
-    base = OmegaConf.to_object(_compose([f"env={env}"])).reward
-    ablated = OmegaConf.to_object(_compose([f"env={env}", f"reward={ablation}"])).reward
+def test_a_reward_ablation_wins_over_the_env_and_experiment_defaults(env, ablation, experiment):
+    """The env (and an experiment) set their reward values; a chosen ablation still zeroes its weight (and only
+    that one), whatever the order of the overrides."""
+    chosen = [f"env={env}"] + ([f"experiment={experiment}"] if experiment else [])
+    base = OmegaConf.to_object(_compose(chosen)).reward
+    ablated = OmegaConf.to_object(_compose(chosen + [f"reward={ablation}"])).reward
+    assert ablated == OmegaConf.to_object(_compose([f"reward={ablation}"] + chosen)).reward
     field, value = ABLATIONS[ablation]
     assert getattr(ablated, field) == value and getattr(base, field) > 0
     others = {k: v for k, v in vars(base).items() if k != field}
     assert {k: v for k, v in vars(ablated).items() if k != field} == others
+
+
+def test_accumulated_context_needs_room_for_one_completion_per_trajectory():
+    obj = OmegaConf.to_object(_compose(["env=webarena", "policy.max_trajectory_tokens=100"]))
+    with pytest.raises(ConfigError, match=r"policy\.max_trajectory_tokens=100 is below policy\.max_new_tokens=512"):
+        validate(obj)
+    validate(OmegaConf.to_object(_compose(["env=webshop", "policy.max_trajectory_tokens=100"])))  # per_turn: unused
 
 
 def test_a_command_line_override_beats_the_env_defaults():

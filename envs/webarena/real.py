@@ -5,19 +5,22 @@ start page (`setup(page)`) and scores the final state and answer (`validate(page
 chat_messages)`, WebArena's own evaluators); everything else is the local backend's
 machinery (browser.py's Chromium, the adapter's `BrowserSession`, actions, observations).
 
-Not installed by `make setup`: `browsergym-webarena` 0.14.3 requires `libwebarena`, whose
-dependencies would replace this project's transformers and datasets. Install it beside
-them without its dependencies (docs/webarena.md, "Real WebArena"):
-
-    pip install --no-deps browsergym-webarena==0.14.3 libwebarena==0.0.4
-    pip install nltk && python -m nltk.downloader punkt_tab
+Installed by `make setup` in two steps, because `pip install browsergym-webarena` would
+replace this project's transformers: `libwebarena` 0.0.4 depends on `text-generation`
+0.7.0, which declares `huggingface-hub<1.0`, so pip falls back to transformers 4.57 (hub
+0.36) and datasets 5.0. The three packages go in with `--no-deps` and the rest of
+libwebarena's dependencies from the `webarena-real` extra (they resolve with the stack);
+`text-generation` is only imported, never called (WebArena's TGI client), and works with
+hub 2.x. NLTK's `punkt_tab` data is a download from GitHub (`python -m nltk.downloader
+punkt_tab`), not made by setup (docs/webarena.md, "Real WebArena").
 
 Before any browser starts, `check_setup` turns each missing piece into one line naming
 the fix: the `WA_*` site URLs, a site that does not answer, the NLTK data, the package.
 
 Tasks: WebArena's task ids, without the backend-edit tasks (paper: those evaluated by
-`program_html`, which change the sites' state); family = the paper's site column
-(SP, CMS, Maps, G&R); test = every other remaining task (`env.webarena.real_test_fraction`).
+`program_html`, which change the sites' state; 401 of 812 remain); family = the paper's
+site column (SP, CMS, Maps, G&R: a task's first site that is a column); test = every
+other remaining task (`env.webarena.real_test_fraction`).
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ from evoharness_rl.envs.webarena.prompts import WEBARENA_SPEC
 from evoharness_rl.errors import UserError
 
 SITE_VARS = ("WA_SHOPPING", "WA_SHOPPING_ADMIN", "WA_REDDIT", "WA_GITLAB", "WA_WIKIPEDIA", "WA_MAP", "WA_HOMEPAGE")
-FAMILIES = {"shopping": "SP", "shopping_admin": "CMS", "map": "Maps", "gitlab": "G&R", "reddit": "G&R",
-            "wikipedia": "Wiki"}
+FAMILIES = {"shopping": "SP", "shopping_admin": "CMS", "map": "Maps", "gitlab": "G&R", "reddit": "G&R"}
+# the paper's site columns; Wikipedia is no column of its own (its tasks also use the map: they count as Maps)
 SEE_DOCS = "see docs/webarena.md, 'Real WebArena'"
 
 
@@ -66,16 +69,17 @@ def check_setup(timeout_s: float = 5.0) -> dict[str, str]:
 
         nltk.data.find("tokenizers/punkt_tab")
     except ImportError as err:
-        raise WebArenaSetupError(f"nltk is not installed; pip install nltk && python -m nltk.downloader punkt_tab; "
-                                 f"{SEE_DOCS}") from err
+        raise WebArenaSetupError(f"nltk is not installed; pip install -e '.[webarena-real]' (or make setup), then "
+                                 f"python -m nltk.downloader punkt_tab; {SEE_DOCS}") from err
     except LookupError as err:
         raise WebArenaSetupError(f"NLTK data punkt_tab is missing (WebArena's evaluators need it); "
                                  f"python -m nltk.downloader punkt_tab; {SEE_DOCS}") from err
     try:
         import browsergym.webarena  # noqa: F401
     except ImportError as err:
-        raise WebArenaSetupError(f"browsergym-webarena is not installed ({err}); pip install --no-deps "
-                                 f"browsergym-webarena==0.14.3 libwebarena==0.0.4; {SEE_DOCS}") from err
+        raise WebArenaSetupError(f"browsergym-webarena is not installed ({err}); pip install -e '.[webarena-real]' && "
+                                 f"pip install --no-deps browsergym-webarena==0.14.3 libwebarena==0.0.4 "
+                                 f"text-generation==0.7.0 (or make setup); {SEE_DOCS}") from err
     return urls
 
 
@@ -92,7 +96,8 @@ def paper_subset() -> list[tuple[int, str]]:
         if "program_html" in conf["eval"]["eval_types"]:
             continue
         sites = conf.get("sites") or ["shopping"]
-        kept.append((int(conf["task_id"]), FAMILIES.get(sites[0], sites[0])))
+        family = next((FAMILIES[site] for site in sites if site in FAMILIES), sites[0])
+        kept.append((int(conf["task_id"]), family))
     return sorted(kept)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Optional
 
 from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings
 from evoharness_rl.engines.tokens import (
+    continuation_head_length,
     encode_continuation,
     encode_prompt,
     load_tokenizer,
@@ -31,8 +32,9 @@ from evoharness_rl.engines.tokens import (
 )
 
 __all__ = [
-    "Completion", "GenerationBackend", "GenerationRequest", "SamplingSettings", "make_backend",
-    "encode_prompt", "encode_continuation", "load_tokenizer", "stop_token_ids", "system_head_length", "truncate_prompt",
+    "Completion", "GenerationBackend", "GenerationRequest", "SamplingSettings", "make_backend", "context_tokens",
+    "encode_prompt", "encode_continuation", "continuation_head_length", "load_tokenizer", "stop_token_ids",
+    "system_head_length", "truncate_prompt",
 ]
 
 
@@ -51,9 +53,10 @@ def make_backend(
     objects the caller already holds (the hf backend then generates with the training
     model itself).
     """
+    context = "per_turn"
     if hasattr(policy_cfg, "policy"):  # a whole Config
         cfg = policy_cfg
-        policy_cfg, model_cfg, device, seed = cfg.policy, cfg.model, cfg.device, cfg.seed
+        policy_cfg, model_cfg, device, seed, context = cfg.policy, cfg.model, cfg.device, cfg.seed, cfg.env.context
     name = policy_cfg.backend
     if name == "scripted":
         from evoharness_rl.engines.scripted import ScriptedBackend
@@ -74,11 +77,18 @@ def make_backend(
         raise ValueError(f"policy.backend={name} needs a model config (model.path: the checkpoint and its tokenizer)")
     if tokenizer is None:
         tokenizer = load_tokenizer(model_cfg.path, model_cfg.trust_remote_code)
-    return _token_backend(name, policy_cfg, model_cfg, tokenizer, model, device, seed)
+    return _token_backend(name, policy_cfg, model_cfg, tokenizer, model, device, seed, context)
+
+
+def context_tokens(policy_cfg: Any, context: str) -> int:
+    """The longest sequence a model holds at once: a per_turn prompt and its completion, or an accumulated
+    conversation (its first prompt and up to `max_trajectory_tokens` more; the rollout engine never goes past)."""
+    extra = policy_cfg.max_trajectory_tokens if context == "accumulated" else policy_cfg.max_new_tokens
+    return policy_cfg.max_prompt_tokens + extra
 
 
 def _token_backend(name: str, policy_cfg: Any, model_cfg: Any, tokenizer: Any, model: Any, device: str,
-                   seed: int) -> GenerationBackend:
+                   seed: int, context: str = "per_turn") -> GenerationBackend:
     if name == "hf":
         from evoharness_rl.engines.hf import HFBackend
 
@@ -90,7 +100,7 @@ def _token_backend(name: str, policy_cfg: Any, model_cfg: Any, tokenizer: Any, m
         p = policy_cfg
         return VLLMBackend(
             model_cfg.path, tokenizer, model_cfg.dtype, seed,
-            max_model_len=context_length(model_cfg.path, p.max_prompt_tokens + p.max_new_tokens),
+            max_model_len=context_length(model_cfg.path, context_tokens(p, context)),
             gpu_memory_utilization=p.gpu_memory_utilization, tensor_parallel_size=p.tensor_parallel_size,
             enable_lora=p.enable_lora, max_lora_rank=p.max_lora_rank, enforce_eager=p.enforce_eager,
             sleep_between_updates=p.sleep_between_updates, trust_remote_code=model_cfg.trust_remote_code,

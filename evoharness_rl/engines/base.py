@@ -15,7 +15,9 @@ id/logprob lists).
 Prompt truncation rule (token backends): a prompt longer than `max_prompt_tokens` keeps
 its first `keep_head` tokens (the system message) and the most recent tokens, dropping
 the middle; the request is flagged `prompt_truncated` and counted by the engine
-(`engines.truncate_prompt`; `engines.system_head_length` gives `keep_head`).
+(`engines.truncate_prompt`; `engines.system_head_length` gives `keep_head`). In
+accumulated context the rule applies to what each turn adds, never to the conversation
+already sampled (rollout/engine.py: the trainer scores completions in that context).
 
 Sampling randomness: never repeats, always reproducible. A backend owns one random
 stream, seeded from `SamplingSettings.seed` the first time it sees that seed, that

@@ -74,6 +74,24 @@ def encode_continuation(
     return list(suffix)
 
 
+def continuation_head_length(
+    tokenizer: Any,
+    new_messages: Sequence[dict[str, str]],
+    completion_ids: Optional[Sequence[int]] = None,
+    previous_messages: Optional[Sequence[dict[str, str]]] = None,
+    **template_kwargs: Any,
+) -> int:
+    """Tokens of an `encode_continuation` before the new messages' content (end of turn, the user header):
+    the `keep_head` with which `truncate_prompt` cuts a continuation that is too long."""
+    full = encode_continuation(tokenizer, new_messages, completion_ids, previous_messages, **template_kwargs)
+    blank = [new_messages[0]] + [{**m, "content": ""} for m in new_messages[1:]]
+    empty = encode_continuation(tokenizer, blank, completion_ids, previous_messages, **template_kwargs)
+    n = 0
+    while n < min(len(full), len(empty)) and full[n] == empty[n]:
+        n += 1
+    return n
+
+
 def system_head_length(tokenizer: Any, messages: Sequence[dict[str, str]], **template_kwargs: Any) -> int:
     """Tokens that render the leading system message(s): the `keep_head` of `truncate_prompt`."""
     head = []

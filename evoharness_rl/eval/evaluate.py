@@ -136,6 +136,8 @@ def _policy_identity(cfg: Any) -> dict:
         return identity
     identity.update(temperature=p.temperature, top_p=p.top_p, max_new_tokens=p.max_new_tokens,
                     max_prompt_tokens=p.max_prompt_tokens)
+    if cfg.env.context == "accumulated":
+        identity["max_trajectory_tokens"] = p.max_trajectory_tokens
     if p.backend in ("openai", "vllm_server"):
         identity.update(base_url=p.base_url, model=p.model_name or cfg.model.path)
     else:
@@ -183,6 +185,7 @@ def summarize(trajectories: list[Trajectory]) -> dict[str, Any]:
         },
         "steps": _mean([t.steps for t in ok]),
         "truncated_rate": _mean([t.truncated for t in ok]),
+        "token_capped_rate": _mean([t.token_capped for t in ok]),  # accumulated: ended by max_trajectory_tokens
         "harness_calls_per_episode": _mean([sum(t.harness_calls.values()) for t in ok]),
         "harness_calls_by_verb": {v: _mean([t.harness_calls.get(v, 0) for t in ok]) for v in HARNESS_VERBS},
         "invalid_actions_per_episode": _mean([t.invalid_count for t in ok]),

@@ -519,7 +519,8 @@ def episode_page(run: SiteRun, ep: Episode) -> str:
     facts = [("run", run.name), ("task", d.get("task_id")), ("family", d.get("family")), ("split", d.get("split")),
              ("harness mode", d.get("mode")), ("context", d.get("context")), ("seed", d.get("seed")),
              ("outcome", ep.outcome), ("score", d.get("score")), ("steps", f"{d.get('steps')} of {d.get('max_steps')}"),
-             ("truncated", d.get("truncated")), ("invalid actions", d.get("invalid_count")),
+             ("truncated", d.get("truncated")), ("token capped", d.get("token_capped", False)),
+             ("invalid actions", d.get("invalid_count")),
              ("repeats", d.get("repeat_count")), ("harness calls", json.dumps(d.get("harness_calls") or {})),
              ("prompt version", d.get("prompt_version"))]
     if ep.update is not None:

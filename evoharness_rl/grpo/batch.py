@@ -6,7 +6,9 @@ Units (every batch knob names its unit):
   always live on the same process, so advantages never need communication;
 - *samples*: training rows. `per_turn` context: one row per turn (prompt + completion,
   the turn's advantage is its trajectory's); `accumulated`: one row per trajectory (the
-  whole conversation, environment tokens masked out of the loss);
+  whole conversation, environment tokens masked out of the loss; every turn's prompt is
+  the sequence before its completion -- checked -- so each completion is scored in the
+  context it was sampled in);
 - mini-batch: `grpo.mini_batch_trajectories` trajectories (global) per optimizer step;
 - micro-batch: at most `grpo.micro_batch_samples` rows per forward/backward, per process.
 
@@ -150,6 +152,15 @@ def _accumulated_sample(traj, advantage: float, index: int) -> list[Sample]:
         return []
     if traj.loss_mask[0]:
         raise ValueError(f"trajectory {traj.task_id!r}: the first token cannot be a loss token (nothing predicts it)")
+    for turn in traj.turns:  # the row scores each completion after the whole sequence before it: its prompt, exactly
+        n, completion = len(turn.prompt_ids), list(turn.completion_ids)
+        if turn.prompt_ids and (traj.sequence_ids[:n] != list(turn.prompt_ids)
+                                or traj.sequence_ids[n:n + len(completion)] != completion):
+            raise ValueError(
+                f"trajectory {traj.task_id!r} turn {turn.index} was sampled after a prompt that is not the sequence "
+                "before its completion (a conversation cut after the fact?); training would score it in another "
+                "context. The rollout engine cuts only what a turn adds (rollout/engine.py)"
+            )
     logprobs = [lp if m else 0.0 for lp, m in zip(traj.sequence_logprobs, traj.loss_mask)]
     return [Sample(list(traj.sequence_ids), list(traj.loss_mask), logprobs, advantage, index)]
 

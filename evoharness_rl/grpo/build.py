@@ -201,7 +201,7 @@ def _engine(cfg, run: Run, env_factory):
     pool = EnvPool(env_factory, cfg.env.num_workers, cfg.env.step_timeout_s)
     return RolloutEngine(pool, backend, tokenizer=run.tokenizer, sampling=sampling_settings(cfg, train=True),
                          max_prompt_tokens=cfg.policy.max_prompt_tokens, max_live_episodes=cfg.env.max_live_episodes,
-                         reward_cfg=cfg.reward)
+                         reward_cfg=cfg.reward, max_trajectory_tokens=cfg.policy.max_trajectory_tokens)
 
 
 def sharded(acc) -> bool:

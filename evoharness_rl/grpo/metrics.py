@@ -86,6 +86,7 @@ def rollout_metrics(accelerator: Any, trajs: list, engine_stats: Any) -> dict:
         "harness_calls_per_episode": sum(sum(r["calls"].values()) for r in ok) / n,
         "invalid_rate": sum(r["invalid"] for r in ok) / steps,
         "repeat_rate": sum(r["repeats"] for r in ok) / steps,
+        "token_capped_rate": sum(r["capped"] for r in ok) / n,  # accumulated: ended by policy.max_trajectory_tokens
         "generated_tokens": sum(r["tokens"] for r in rows),
         "prompt_tokens": sum(r["prompt_tokens"] for r in rows),
     }
@@ -99,7 +100,8 @@ def rollout_metrics(accelerator: Any, trajs: list, engine_stats: Any) -> dict:
 
 
 def _summary(t) -> dict:
-    return {"error": t.error, "won": bool(t.won), "steps": t.steps, "calls": dict(t.harness_calls),
+    return {"error": t.error, "won": bool(t.won), "capped": bool(t.token_capped), "steps": t.steps,
+            "calls": dict(t.harness_calls),
             "invalid": t.invalid_count, "repeats": t.repeat_count, "rewards": dict(t.rewards),
             "tokens": t.generated_tokens, "prompt_tokens": sum(len(turn.prompt_ids) for turn in t.turns)}
 

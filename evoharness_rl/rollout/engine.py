@@ -21,10 +21,18 @@ Tokens (token backends: hf, vllm, vllm_server) are never re-tokenised from text:
   `encode_continuation` of the new environment messages. `Trajectory.sequence_ids`
   keeps that sequence, with `loss_mask` 1 exactly on the generated tokens and
   `sequence_logprobs` their sampling logprobs (0.0 elsewhere).
-A prompt longer than `max_prompt_tokens` is cut by `engines.truncate_prompt` (the
-documented rule: keep the system head and the most recent tokens) and the turn is
-flagged `prompt_truncated`. In `accumulated` context the sequence record stays whole
-and the flagged turn's `prompt_ids` are what the model actually saw.
+Prompt limits (token backends). `max_prompt_tokens` is a per-turn limit on the prompt
+tokens a turn adds: `per_turn`, the turn's whole prompt; `accumulated`, the first prompt
+and then each turn's continuation (the environment's new message). A longer one is cut
+by `engines.truncate_prompt` (keep its head -- the system message, or the continuation's
+turn header -- and its most recent tokens) *before* it enters the sequence, and the turn is
+flagged `prompt_truncated`. An accumulated conversation is therefore never cut afterwards:
+every turn's prompt is exactly the sequence so far, so the trainer, which scores the whole
+`sequence_ids`, scores each completion in the context it was sampled in. Its length is
+bounded instead by `max_trajectory_tokens` (the paper's per-trajectory limit): when the
+tokens after the first prompt plus a full `max_new_tokens` completion would pass it, the
+episode ends before generating -- a failure (never a success), `Trajectory.token_capped`,
+counted in `RolloutStats.token_caps`. Text backends see no tokens and are not capped.
 
 Failures are infrastructure errors, recorded in `Trajectory.error`, never policy
 failures: a backend `Completion.error` (after the backend's own retries), a worker
@@ -68,6 +76,7 @@ class RolloutStats:
     turns: int = 0
     generated_tokens: int = 0
     prompt_truncations: int = 0
+    token_caps: int = 0  # episodes ended by max_trajectory_tokens
     errors: int = 0
     generate_s: float = 0.0  # time inside backend.generate
     env_s: float = 0.0  # time waiting for the environment workers (resets overlapping generation are not counted)
@@ -90,6 +99,7 @@ class _Live:
     keep_head: Optional[int] = None  # prompt tokens of the system message (kept by truncation)
     conversation: list[dict[str, str]] = field(default_factory=list)  # accumulated: the messages encoded so far
     sequence_ids: list[int] = field(default_factory=list)  # accumulated: the whole conversation's ids
+    first_prompt: int = 0  # accumulated: tokens of the first prompt (the trajectory cap counts what follows)
     sequence_logprobs: list[float] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
 
@@ -108,6 +118,7 @@ class RolloutEngine:
         harness_rate: float = 0.5,
         reward_cfg: Any = None,
         slip_rate: float = 0.0,
+        max_trajectory_tokens: int = 8192,
     ):
         if max_live_episodes < 1:
             raise ValueError(f"max_live_episodes={max_live_episodes} must be >= 1")
@@ -118,11 +129,13 @@ class RolloutEngine:
         self.tokenizer = tokenizer
         self.sampling = sampling or SamplingSettings()
         self.max_prompt_tokens = max_prompt_tokens
+        self.max_trajectory_tokens = max_trajectory_tokens
         self.max_live_episodes = max_live_episodes
         self.harness_rate = harness_rate  # scripted teacher: how often it uses BPE verbs
         self.slip_rate = slip_rate  # scripted teacher: share of turns replaced by a rejected plausible mistake
         self.reward_cfg = reward_cfg  # config.RewardConfig: store reward components in each record
         self.stats = RolloutStats()
+        self._capped: list[_Live] = []  # episodes of this turn at the trajectory cap (`_generate` -> `_step`)
 
     # -- public ---------------------------------------------------------------------------
 
@@ -207,10 +220,18 @@ class RolloutEngine:
     # -- one turn -----------------------------------------------------------------------------
 
     def _generate(self, episodes: list[_Live]) -> dict[str, Completion]:
-        """One backend call with the prompts of every live episode."""
+        """One backend call with the prompts of every live episode (those at the trajectory cap are set aside in
+        `self._capped`: `_step` ends them)."""
+        requests, self._capped = [], []
+        for ep in list(episodes):
+            request = self._request(ep)
+            if self._at_cap(ep):
+                self._capped.append(ep)
+                episodes.remove(ep)
+            else:
+                requests.append(request)
         if not episodes:
             return {}
-        requests = [self._request(ep) for ep in episodes]
         t0 = time.monotonic()
         completions = self.backend.generate(requests, self.sampling)
         self.stats.generate_s += time.monotonic() - t0
@@ -241,7 +262,7 @@ class RolloutEngine:
 
     def _step(self, completions: dict[str, Completion], live: dict[str, _Live]) -> None:
         """Send every response to its worker (one submission); fold the replies into the episodes."""
-        commands: list[Any] = []
+        commands: list[Any] = [Finish(ep.key, capped=True) for ep in self._capped]
         positions: dict[str, int] = {}
         for key, completion in completions.items():
             positions[key] = len(commands)
@@ -252,6 +273,9 @@ class RolloutEngine:
             if self._needs_teacher:
                 commands.append(Teacher(key, self.harness_rate, self.slip_rate))
         replies = self._collect(self.pool.submit(commands)) if commands else []
+        for ep, reply in zip(self._capped, replies):
+            self._end_capped(ep, live, reply)
+        self._capped = []
         for key, completion in completions.items():
             ep, reply = live[key], replies[positions[key]]
             if completion.error is not None:
@@ -274,6 +298,23 @@ class RolloutEngine:
         else:
             ep.messages = update.messages
 
+    def _at_cap(self, ep: _Live) -> bool:
+        """Accumulated context: the next completion might pass max_trajectory_tokens (see module docstring)."""
+        if not ep.sequence_ids:
+            return False
+        return len(ep.sequence_ids) - ep.first_prompt + self.sampling.max_new_tokens > self.max_trajectory_tokens
+
+    def _end_capped(self, ep: _Live, live: dict[str, _Live], reply: Reply) -> None:
+        if not reply.ok:
+            self._fail(ep, live, reply.error)
+            return
+        del live[ep.key]
+        self.stats.token_caps += 1
+        if ep.turns:  # the record ends with the last completion: the continuation after it was never sampled from
+            end = len(ep.turns[-1].prompt_ids) + len(ep.turns[-1].completion_ids)
+            del ep.sequence_ids[end:], ep.sequence_logprobs[end:], ep.loss_mask[end:]
+        self._done(ep.index, self._assemble(ep, reply.value))
+
     def _record_turn(self, ep: _Live, turn: Turn, completion: Completion) -> None:
         request = ep.request
         assert request is not None
@@ -294,23 +335,31 @@ class RolloutEngine:
     # -- tokens -------------------------------------------------------------------------------
 
     def _prompt_ids(self, ep: _Live) -> tuple[list[int], bool]:
-        """This turn's prompt ids (per_turn: fresh; accumulated: the sequence so far), truncated by the rule."""
-        from evoharness_rl.engines.tokens import encode_continuation, encode_prompt, system_head_length, truncate_prompt
+        """This turn's prompt ids (per_turn: fresh; accumulated: the sequence so far, extended by this turn's
+        continuation), what the turn adds cut by the rule (see module docstring)."""
+        from evoharness_rl.engines.tokens import (continuation_head_length, encode_continuation, encode_prompt,
+                                                  system_head_length, truncate_prompt)
 
         if ep.keep_head is None:
             ep.keep_head = system_head_length(self.tokenizer, ep.messages)
         if self._settings.context == "per_turn":
             return truncate_prompt(encode_prompt(self.tokenizer, ep.messages), self.max_prompt_tokens, ep.keep_head)
         if not ep.sequence_ids:
-            added = encode_prompt(self.tokenizer, ep.messages)
+            added, cut = truncate_prompt(encode_prompt(self.tokenizer, ep.messages), self.max_prompt_tokens,
+                                         ep.keep_head)
+            ep.first_prompt = len(added)
         else:
             last = ep.turns[-1].completion_ids
             added = encode_continuation(self.tokenizer, ep.messages, last, ep.conversation)
+            cut = len(added) > self.max_prompt_tokens
+            if cut:
+                head = continuation_head_length(self.tokenizer, ep.messages, last, ep.conversation)
+                added, cut = truncate_prompt(added, self.max_prompt_tokens, min(head, self.max_prompt_tokens - 1))
         ep.conversation.extend(ep.messages)
         ep.sequence_ids.extend(added)
         ep.sequence_logprobs.extend([0.0] * len(added))
         ep.loss_mask.extend([0] * len(added))
-        return truncate_prompt(ep.sequence_ids, self.max_prompt_tokens, ep.keep_head)
+        return list(ep.sequence_ids), cut
 
     # -- endings ------------------------------------------------------------------------------
 
@@ -422,4 +471,5 @@ def build_engine(cfg: Any, backend: Optional[GenerationBackend] = None) -> Rollo
         harness_rate=cfg.policy.harness_rate,
         reward_cfg=cfg.reward,
         slip_rate=cfg.policy.teacher_slip_rate,
+        max_trajectory_tokens=cfg.policy.max_trajectory_tokens,
     )

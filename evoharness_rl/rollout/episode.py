@@ -8,7 +8,8 @@ The episode is what an environment worker runs. Each turn:
 
 Every turn costs one step of the shared budget (env, harness and invalid alike); the
 episode ends when the environment says done or the budget is spent (truncation, never
-a success). Token ids are the rollout engine's business; this module sees text only.
+a success), or when the rollout engine ends it at its trajectory token cap (`cap`, never a
+success either). Token ids are the rollout engine's business; this module sees text only.
 
 Context styles:
 - `per_turn`: every prompt is fresh: system + one user message built from the env's
@@ -212,6 +213,12 @@ class Episode:
         rec.truncated = truncated and not self.last_env.done
         rec.notes = list(self.workspace.notes)
         rec.recalled_ids = list(self.workspace.recalled_ids)
+
+    def cap(self) -> None:
+        """End the episode at the rollout engine's trajectory token cap: a failure (flagged), not an error."""
+        self._finish(truncated=False)
+        self.record.won = False
+        self.record.token_capped = True
 
     def fail(self, error: str) -> None:
         """Mark the episode as failed by infrastructure (not a policy failure)."""

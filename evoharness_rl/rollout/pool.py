@@ -87,6 +87,7 @@ class Finish:
     """End episode `key` now (if still running) and return its record."""
 
     key: str
+    capped: bool = False  # it reached the engine's trajectory token cap: a policy failure, not an error
     op = "finish"
 
 
@@ -206,6 +207,8 @@ class _WorkerState:
             return None
         if cmd.key not in self.episodes:
             return None
+        if cmd.capped:
+            self.episodes[cmd.key].cap()
         return self._release(cmd.key)
 
     def _env_reset(self, cmd: EnvReset) -> tuple[Task, StepResult]:

@@ -42,7 +42,7 @@ class Turn:
     prompt_ids: list[int] = field(default_factory=list)  # exact prompt token ids sent to the backend
     completion_ids: list[int] = field(default_factory=list)  # exact token ids the backend produced
     logprobs: list[float] = field(default_factory=list)  # sampling logprob of each completion id
-    prompt_truncated: bool = False  # the prompt was cut to max_prompt_tokens (see engines.base)
+    prompt_truncated: bool = False  # what this turn added to the prompt was cut to max_prompt_tokens (rollout.engine)
 
     def check_tokens(self) -> None:
         if len(self.completion_ids) != len(self.logprobs):
@@ -71,6 +71,7 @@ class Trajectory:
     steps: int = 0  # env + harness + invalid steps taken
     max_steps: int = 0  # the step budget of the episode
     truncated: bool = False  # stopped by the step budget (never a success)
+    token_capped: bool = False  # accumulated context: ended by policy.max_trajectory_tokens (never a success)
     invalid_count: int = 0
     repeat_count: int = 0  # consecutive repeats of the previous action
     harness_calls: dict[str, int] = field(default_factory=dict)  # verb -> count

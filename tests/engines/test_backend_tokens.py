@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evoharness_rl.engines import (
+    continuation_head_length,
     encode_continuation,
     encode_prompt,
     load_tokenizer,
@@ -84,6 +85,15 @@ def test_system_head_length_is_the_rendered_system_message(tokenizer):
     ids = encode_prompt(tokenizer, [SYSTEM, USER])
     assert tokenizer.decode(ids[:n]) == "<|im_start|>system\nYou act in a house.<|im_end|>\n"
     assert system_head_length(tokenizer, [USER]) == 0
+
+
+def test_continuation_head_length_is_the_turn_header(tokenizer):
+    """What a cut continuation keeps in front: the end of the assistant turn and the new user header."""
+    completion = tokenizer.encode("go to", add_special_tokens=False)
+    new = [{"role": "assistant", "content": "go to"}, USER]
+    ids = encode_continuation(tokenizer, new, completion_ids=completion)
+    n = continuation_head_length(tokenizer, new, completion_ids=completion)
+    assert tokenizer.decode(ids[:n]) == "<|im_end|>\n<|im_start|>user\n"
 
 
 def test_load_tokenizer_without_chat_template_names_the_path(tokenizer, tmp_path):

@@ -76,3 +76,12 @@ def test_make_backend_hf_from_whole_config(tiny_model_dir):
     assert isinstance(backend, HFBackend) and backend.batch_size == 3 and backend.tokenizer.chat_template
     with pytest.raises(ValueError, match="model.path is not set"):
         make_backend(PolicyConfig(backend="hf"), ModelConfig())
+
+
+def test_a_vllm_engine_is_sized_for_the_whole_accumulated_conversation():
+    """max_model_len: a per_turn prompt and its completion, or an accumulated conversation's first prompt and cap."""
+    from evoharness_rl.engines import context_tokens
+
+    p = PolicyConfig(max_prompt_tokens=2048, max_new_tokens=512, max_trajectory_tokens=8192)
+    assert context_tokens(p, "per_turn") == 2048 + 512
+    assert context_tokens(p, "accumulated") == 2048 + 8192

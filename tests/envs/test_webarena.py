@@ -125,6 +125,21 @@ def test_episode_bad_input_is_feedback_and_the_page_stays(webarena_env_factory):
     assert after.invalid and after.done and "episode is over" in after.info["reason"]
 
 
+def test_the_browser_reaches_no_host_but_the_configured_sites(webarena_env_factory):
+    """Besides goto's refusal: a page that leaves the sites by itself (a script, a redirect) gets the proxy's
+    "Blocked" page for any other http host and no page at all over https; nothing leaves the machine."""
+    env = webarena_env_factory()
+    env.reset("test/shop/price/000")
+    page = env.session.page
+    response = page.goto("http://example.com/anything")
+    assert response.status == 403 and page.title() == "Blocked"
+    observation = env.step("scroll [down]").observation
+    assert "URL: http://example.com/anything" in observation and "is not one of the configured sites" in observation
+    with pytest.raises(Exception, match="ERR_"):  # the proxy refuses CONNECT: Chromium reports a network error
+        page.goto("https://example.com/")
+    assert not env.step("goto [http://shop.test/]").invalid
+
+
 def test_a_page_that_never_loads_is_reported_and_the_episode_goes_on(webarena_data):
     from evoharness_rl.config import EnvConfig
     from evoharness_rl.envs import make_env

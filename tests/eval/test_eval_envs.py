@@ -16,7 +16,8 @@ from evoharness_rl.eval.evaluate import evaluate
 from evoharness_rl.runlog import set_progress
 
 SUMMARY_KEYS = {"success_rate", "episodes", "per_family", "harness_calls_per_episode", "harness_calls_by_verb",
-                "invalid_actions_per_episode", "errors", "score", "steps", "tokens_generated", "wall_s", "fingerprint"}
+                "invalid_actions_per_episode", "errors", "score", "steps", "tokens_generated", "wall_s", "fingerprint",
+                "token_capped_rate"}
 
 
 def compose_config(overrides: dict) -> Config:

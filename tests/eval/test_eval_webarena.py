@@ -78,6 +78,146 @@ def test_real_backend_names_an_unreachable_site(monkeypatch):
         check_setup(timeout_s=2)
 
 
+@pytest.fixture
+def answering_sites(monkeypatch):
+    """Every WA_* URL at one loopback HTTP server that answers 200: the sites are up as far as the setup check sees."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from evoharness_rl.envs.webarena.real import SITE_VARS
+
+    class Ok(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server hook
+            body = b"<!doctype html><title>Stand-in</title><h1>Stand-in site</h1><a href='/next'>Next page</a>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    for var in SITE_VARS:  # and the unprefixed names browsergym-webarena copies them to (restored after the test)
+        monkeypatch.setenv(var, f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv(var.removeprefix("WA_"), f"http://127.0.0.1:{server.server_address[1]}")
+    yield
+    server.shutdown()
+    server.server_close()
+
+
+def test_real_backend_names_missing_nltk_data(answering_sites, monkeypatch, tmp_path):
+    import nltk
+
+    from evoharness_rl.envs.webarena.real import WebArenaSetupError, check_setup
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])  # no punkt_tab anywhere NLTK looks
+    with pytest.raises(WebArenaSetupError) as err:
+        check_setup(timeout_s=2)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("NLTK data punkt_tab is missing")
+    assert "python -m nltk.downloader punkt_tab" in message and "docs/webarena.md" in message
+
+
+def test_real_backend_setup_passes_with_sites_data_and_package(answering_sites, monkeypatch, tmp_path):
+    """The installed browsergym-webarena imports beside this project's transformers and registers WebArena's tasks."""
+    import nltk
+    import transformers
+
+    from evoharness_rl.envs.webarena.real import SITE_VARS, check_setup
+
+    (tmp_path / "tokenizers" / "punkt_tab").mkdir(parents=True)
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    urls = check_setup(timeout_s=2)
+    assert sorted(urls) == sorted(SITE_VARS) and transformers.__version__.startswith("5.")
+    import browsergym.webarena
+
+    assert len(browsergym.webarena.ALL_WEBARENA_TASK_IDS) == 812
+
+
+def test_the_paper_subset_drops_backend_edit_tasks_and_uses_the_paper_columns():
+    import importlib.resources
+
+    import webarena
+
+    from evoharness_rl.envs.webarena.real import paper_subset
+
+    configs = json.loads(importlib.resources.files(webarena).joinpath("test.raw.json").read_text())
+    edits = {c["task_id"] for c in configs if "program_html" in c["eval"]["eval_types"]}
+    subset = paper_subset()
+    assert edits and {t for t, _ in subset} == {c["task_id"] for c in configs} - edits
+    families = dict(subset)
+    assert set(families.values()) == {"SP", "CMS", "Maps", "G&R"}
+    for conf in configs:
+        if conf["task_id"] in families and conf["sites"][0] == "wikipedia":
+            assert families[conf["task_id"]] == "Maps"  # Wikipedia's tasks go with the map they also use
+
+
+def test_the_real_env_splits_the_subset_and_builds_webarena_tasks(answering_sites, monkeypatch, tmp_path):
+    """Up to the browser: the env lists the paper subset by split and family, and browsergym-webarena builds a
+    task of it from the installed task file with the configured site URLs."""
+    import nltk
+
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs.webarena.real import RealWebArenaEnv
+
+    (tmp_path / "tokenizers" / "punkt_tab").mkdir(parents=True)
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    cfg = EnvConfig(name="webarena")
+    cfg.webarena.backend = "webarena"
+    env = RealWebArenaEnv.from_config(cfg)
+    test, train = env.task_ids("test"), env.task_ids("train")
+    assert len(test) + len(train) == 401 and len(test) - len(train) in (0, 1) and env.task_ids("valid_seen") == test
+    assert {env.task_family(t) for t in test} == {env.task_family(t) for t in train} == {"SP", "CMS", "Maps", "G&R"}
+    env.close()
+    cfg.webarena.real_task_ids = [27, 28, 29]  # three Reddit questions
+    chosen = RealWebArenaEnv.from_config(cfg)
+    listed = chosen.task_ids("test") + chosen.task_ids("train")
+    assert sorted(int(k.rsplit("/", 1)[1]) for k in listed) == [27, 28, 29]
+    assert {chosen.task_family(k) for k in listed} == {"G&R"}
+    chosen.close()
+
+    from browsergym.webarena.task import GenericWebArenaTask
+
+    task = GenericWebArenaTask(seed=0, task_id=27)
+    site = os.environ["WA_REDDIT"]
+    assert task.task_configs[0]["intent"] and task.task_configs[0]["start_url"].startswith(site)
+
+
+def test_a_real_backend_episode_on_a_stand_in_map_site(answering_sites, monkeypatch, tmp_path):
+    """browsergym-webarena's reset (site login, start page, goal), a browser action and a stop scored by WebArena's
+    own evaluator, in a real Chromium, with a loopback stand-in for the map site: task 70 asks for a zip code and is
+    judged by exact match ('15213'), so the stand-in's pages need no content."""
+    import nltk
+
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs.webarena.real import RealWebArenaEnv
+
+    (tmp_path / "tokenizers" / "punkt_tab").mkdir(parents=True)
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    cfg = EnvConfig(name="webarena")
+    cfg.webarena.backend, cfg.webarena.real_task_ids = "webarena", [70]
+    env = RealWebArenaEnv.from_config(cfg)
+    try:
+        (key,) = env.task_ids("test")
+        task, first = env.reset(key)
+        assert task.family == "Maps" and "zip code of Carnegie Mellon University" in task.objective
+        assert first.observation.startswith(f"URL: {os.environ['WA_MAP']}/") and "Stand-in site" in first.observation
+        assert env.step("goto [http://example.com/]").invalid  # refused: not a configured site
+        moved = env.step(f"click [{first.observation.split('] link')[0].rsplit('[', 1)[1]}]")
+        assert not moved.invalid and "/next" in moved.observation.splitlines()[0]
+        done = env.step("stop [15213]")
+        assert done.done and done.won and done.score == 1.0
+        env.reset(key)
+        wrong = env.step("stop [15217]")
+        assert wrong.done and not wrong.won and wrong.score == 0.0
+    finally:
+        env.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
 def test_a_killed_eval_leaves_no_browser_worker_or_site_process(webarena_data, tmp_path, sig):

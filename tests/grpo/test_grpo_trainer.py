@@ -29,7 +29,7 @@ COMPONENTS = (
     "harness_calls_per_episode", "harness/track_per_episode", "harness/commit_per_episode",
     "harness/recall_per_episode", "harness/note_per_episode", "invalid_rate", "repeat_rate", "kl_ref", "entropy",
     "clip_frac", "approx_kl", "ratio_mean", "ratio_max", "adv_abs_mean", "adv_min", "adv_max", "grad_norm", "train_tokens_per_s", "rollout_tokens_per_s", "rollout_s",
-    "train_s", "rss_gb", "zero_std_groups", "errors",
+    "train_s", "rss_gb", "zero_std_groups", "errors", "token_capped_rate",
 )
 
 
@@ -88,10 +88,12 @@ def test_grpo_accumulated_context_end_to_end(warm_model_dir, tmp_path):
     cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=2, loss_agg="seq_mean", save_every=2,
                       scale_rewards="batch")
     cfg.env.context = "accumulated"
+    cfg.policy.max_trajectory_tokens = 200  # room for about two turns: longer episodes end at the cap
     final = run_grpo(cfg, env_factory=envs)
     assert _changed(_weights(warm_model_dir), _weights(final))
     rows = read_metrics(tmp_path / "run")
     assert len(rows) == 2 and all(r["loss_tokens"] > 0 for r in rows)
+    assert any(r["token_capped_rate"] > 0 for r in rows)  # capped episodes are failures that still train
 
 
 @pytest.mark.slow
