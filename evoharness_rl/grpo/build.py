@@ -195,10 +195,10 @@ def _load_bank(cfg, resume_from: Optional[Path]):
 
 def _engine(cfg, run: Run, env_factory):
     from evoharness_rl.rollout.engine import RolloutEngine, sampling_settings
-    from evoharness_rl.rollout.pool import EnvPool
+    from evoharness_rl.rollout.pool import make_pool
 
     backend = _backend(cfg, run)
-    pool = EnvPool(env_factory, cfg.env.num_workers, cfg.env.step_timeout_s)
+    pool = make_pool(env_factory, cfg.env)
     return RolloutEngine(pool, backend, tokenizer=run.tokenizer, sampling=sampling_settings(cfg, train=True),
                          max_prompt_tokens=cfg.policy.max_prompt_tokens, max_live_episodes=cfg.env.max_live_episodes,
                          reward_cfg=cfg.reward)

@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, derive_seed
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessSwitches
 from evoharness_rl.rollout.episode import EpisodeSettings
-from evoharness_rl.rollout.pool import EnvPool, Finish, Pending, Reply, Reset, Step, Teacher
+from evoharness_rl.rollout.pool import BasePool, Finish, Pending, Reply, Reset, Step, Teacher, make_pool
 from evoharness_rl.rollout.trajectory import Trajectory, Turn
 from evoharness_rl.runlog import ProgressBar
 
@@ -99,7 +99,7 @@ class RolloutEngine:
 
     def __init__(
         self,
-        pool: EnvPool,
+        pool: BasePool,
         backend: GenerationBackend,
         tokenizer: Any = None,
         sampling: Optional[SamplingSettings] = None,
@@ -411,7 +411,7 @@ def build_engine(cfg: Any, backend: Optional[GenerationBackend] = None) -> Rollo
     from evoharness_rl.envs import env_factory
 
     backend = backend if backend is not None else make_backend(cfg)
-    pool = EnvPool(env_factory(cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
+    pool = make_pool(env_factory(cfg.env), cfg.env)
     return RolloutEngine(
         pool,
         backend,
