@@ -50,7 +50,7 @@ def pool_kind(request):
 def new_pool(pool_kind):
     """Build the `pool_kind` pool through `make_pool`, as the CLI does: new_pool(env_factory, workers, timeout)."""
     from evoharness_rl.config import EnvConfig
-    from evoharness_rl.rollout.pool import make_pool
+    from evoharness_rl.rollout.engine import make_pool
 
     def build(env_factory, num_workers=2, step_timeout_s=30.0):
         cfg = EnvConfig(pool=pool_kind, num_workers=num_workers, step_timeout_s=step_timeout_s,

@@ -197,7 +197,7 @@ def _load_bank(cfg, resume_from: Optional[Path]):
 
 def _engine(cfg, run: Run, env_factory):
     from evoharness_rl.rollout.engine import RolloutEngine, sampling_settings
-    from evoharness_rl.rollout.pool import make_pool
+    from evoharness_rl.rollout.engine import make_pool
 
     backend = _backend(cfg, run)
     pool = make_pool(env_factory, cfg.env)

@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, derive_seed
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessSwitches
 from evoharness_rl.rollout.episode import EpisodeSettings
-from evoharness_rl.rollout.pool import BasePool, Finish, Pending, Reply, Reset, Step, Teacher, make_pool
+from evoharness_rl.rollout.pool import BasePool, EnvPool, Finish, Pending, Reply, Reset, Step, Teacher
 from evoharness_rl.rollout.trajectory import Trajectory, Turn
 from evoharness_rl.runlog import ProgressBar
 
@@ -403,6 +403,16 @@ def sampling_settings(cfg: Any, train: bool = False) -> SamplingSettings:
     p = cfg.policy
     return SamplingSettings(temperature=cfg.grpo.temperature if train else p.temperature, top_p=p.top_p,
                             max_new_tokens=p.max_new_tokens, seed=cfg.seed)
+
+
+def make_pool(env_factory: Callable[[], Any], env_cfg: Any) -> BasePool:
+    """The environment pool `env_cfg.pool` names (process: this machine; ray: Ray actors, possibly on other nodes)."""
+    if env_cfg.pool == "ray":
+        from evoharness_rl.rollout.ray_pool import RayEnvPool
+
+        return RayEnvPool(env_factory, env_cfg.num_workers, env_cfg.step_timeout_s, address=env_cfg.ray_address,
+                          cpus_per_worker=env_cfg.ray_cpus_per_worker)
+    return EnvPool(env_factory, env_cfg.num_workers, env_cfg.step_timeout_s)
 
 
 def build_engine(cfg: Any, backend: Optional[GenerationBackend] = None) -> RolloutEngine:

@@ -3,7 +3,7 @@
 `EnvPool` runs the workers as processes on this machine (env.pool=process); `RayEnvPool`
 (ray_pool.py, env.pool=ray) runs them as Ray actors on a cluster's nodes. Both share
 `BasePool` (routing, failures, Experience versions) and so the contract below;
-`make_pool(env_factory, cfg.env)` builds the configured one.
+`rollout.engine.make_pool(env_factory, cfg.env)` builds the configured one.
 
     with EnvPool(env_factory(cfg.env), num_workers=2, step_timeout_s=60) as pool:
         pool.set_experience(snapshot)              # pickled once, shipped once to each worker
@@ -614,13 +614,3 @@ class EnvPool(BasePool):
                 worker.process.kill()
                 worker.process.join()
             worker.conn.close()
-
-
-def make_pool(env_factory: Callable[[], Environment], env_cfg: Any) -> BasePool:
-    """The environment pool `env_cfg.pool` names (process: this machine; ray: Ray actors, possibly on other nodes)."""
-    if env_cfg.pool == "ray":
-        from evoharness_rl.rollout.ray_pool import RayEnvPool
-
-        return RayEnvPool(env_factory, env_cfg.num_workers, env_cfg.step_timeout_s, address=env_cfg.ray_address,
-                          cpus_per_worker=env_cfg.ray_cpus_per_worker)
-    return EnvPool(env_factory, env_cfg.num_workers, env_cfg.step_timeout_s)
