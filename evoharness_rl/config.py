@@ -23,6 +23,7 @@ from evoharness_rl.errors import UserError
 COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model", "view")
 HARNESS_MODES = ("env_only", "always_on", "adaptive")
 CONTEXTS = ("per_turn", "accumulated")
+POOLS = ("process", "ray")  # env.pool (evoharness_rl/rollout/pool.py, ray_pool.py)
 PROMPT_STYLES = ("paper", "compact")
 PROMPT_VARIANTS = ("full", "stripped")
 BACKENDS = ("hf", "vllm", "vllm_server", "openai", "scripted", "replay")
@@ -91,7 +92,10 @@ class EnvConfig:
     max_steps_train: int = 70  # step budget of a training episode (env + harness actions)
     max_steps_eval: int = 50  # step budget of an evaluation episode
     recall_k: int = 3  # entries returned by recall [query] (paper: 3 ALFWorld / 6 WebShop / 3 WebArena)
-    num_workers: int = 2  # environment worker processes per node
+    num_workers: int = 2  # environment worker processes per node (env.pool=ray: Ray actors per training process)
+    pool: str = "process"  # where environment workers run: process (processes on this machine) | ray (Ray actors, spread over a Ray cluster's nodes; needs the `ray` extra; docs/scale.md)
+    ray_address: Optional[str] = None  # env.pool=ray: null (join this process's Ray instance, else start a local one) | auto (the cluster `ray start` joined this node to) | HOST:PORT or ray://HOST:PORT
+    ray_cpus_per_worker: float = 1.0  # env.pool=ray: CPUs each worker actor reserves (Ray places actors by it; 0: no reservation)
     step_timeout_s: float = 60.0  # a worker silent for longer than this is killed and its episode errored
     max_live_episodes: int = 64  # episodes in flight at once over all workers; each turn their prompts form one backend batch
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
@@ -335,6 +339,7 @@ def validate(cfg: Config) -> Config:
     _choice("command", cfg.command, COMMANDS)
     _choice("env.name", cfg.env.name, env_names())
     _choice("env.context", cfg.env.context, CONTEXTS)
+    _choice("env.pool", cfg.env.pool, POOLS)
     _choice("env.prompt_style", cfg.env.prompt_style, PROMPT_STYLES)
     _choice("env.prompt_variant", cfg.env.prompt_variant, PROMPT_VARIANTS)
     _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
@@ -371,7 +376,7 @@ def validate(cfg: Config) -> Config:
                  "reward.lambda_div_max", "reward.lambda_eff", "policy.temperature", "policy.max_retries",
                  "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
                  "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
-                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories"):
+                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories", "env.ray_cpus_per_worker"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate",

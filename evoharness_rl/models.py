@@ -39,6 +39,14 @@ SIZES: dict[str, dict[str, int]] = {  # Qwen3Config shapes; parameter counts inc
     "base": dict(hidden_size=512, intermediate_size=1536, num_hidden_layers=16, num_attention_heads=8,
                  num_key_value_heads=4, head_dim=64),  # ~52M
 }
+# Published Qwen3 config.json shapes, for speed and memory checks with random weights (scripts/gpu_check.py):
+# throughput and memory do not depend on the values, so no download is needed.
+QWEN3_SHAPES: dict[str, dict[str, Any]] = {
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
+}
 VOCAB_SIZE = 4096  # modest so that prompts stay short in tokens and the embedding stays small
 MAX_POSITIONS = 8192  # enough for a per-turn prompt plus its response
 BOS, IM_START, IM_END, PAD = "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"

@@ -25,3 +25,36 @@ def pytest_configure(config):
     from evoharness_rl.envs import register_env
 
     register_env("choice", "tests.fakes.choice:make_choice_env")
+
+
+@pytest.fixture(scope="session")
+def ray_instance():
+    """A local Ray instance for the env.pool=ray tests, started once: 2 logical CPUs, no dashboard; shut down after."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(params=["process", pytest.param("ray", marks=pytest.mark.slow)])
+def pool_kind(request):
+    """Runs a test once per environment pool (env.pool); the ray run uses the session's local Ray instance
+    (slow: starting Ray and its actors takes tens of seconds on two cores)."""
+    if request.param == "ray":
+        request.getfixturevalue("ray_instance")
+    return request.param
+
+
+@pytest.fixture
+def new_pool(pool_kind):
+    """Build the `pool_kind` pool through `make_pool`, as the CLI does: new_pool(env_factory, workers, timeout)."""
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.rollout.engine import make_pool
+
+    def build(env_factory, num_workers=2, step_timeout_s=30.0):
+        cfg = EnvConfig(pool=pool_kind, num_workers=num_workers, step_timeout_s=step_timeout_s,
+                        ray_cpus_per_worker=0.5)
+        return make_pool(env_factory, cfg)
+
+    return build

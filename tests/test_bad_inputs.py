@@ -111,6 +111,8 @@ def test_a_damaged_checkpoint_names_the_file_and_the_problem(tmp_path, capsys, d
     ("policy.request_timeout_s=0", "policy.request_timeout_s=0"),
     ("limit=-1", "limit=-1 must be > 0"),
     ("env.num_workers=-2", "env.num_workers=-2 must be > 0"),
+    ("env.pool=threads", "env.pool='threads' is not valid; allowed values: process, ray"),
+    ("env.ray_cpus_per_worker=-1", "env.ray_cpus_per_worker=-1.0 must be >= 0"),
 ])
 def test_invalid_overrides_are_one_line_and_write_nothing(tmp_path, capsys, override, message):
     out = tmp_path / "run"
@@ -248,6 +250,27 @@ def test_a_dead_server_is_named_and_an_all_errored_eval_exits_non_zero(tmp_path,
     assert "secret" not in errors[0]
     for path in out.rglob("*"):  # a key in base_url never reaches a file
         assert not path.is_file() or "secret" not in path.read_text(), path
+
+
+def test_env_pool_ray_without_ray_installed_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now fails as on a machine without the extra
+    code, lines, _ = run_cli(["eval", "env.name=choice", "policy=scripted", "env.pool=ray", "limit=1",
+                              "logger.progress=false", f"out_dir={tmp_path / 'run'}"], capsys)
+    assert_one_line_error(code, lines, "env.pool=ray needs the ray package", "evoharness-rl[ray]")
+
+
+def test_an_unreachable_ray_cluster_is_one_line(tmp_path):
+    """A fresh interpreter: a Ray instance started by another test of this session would be joined instead."""
+    port = _closed_port()
+    args = ["eval", "env.name=choice", "policy=scripted", "env.pool=ray", f"env.ray_address=127.0.0.1:{port}",
+            "limit=1", "logger.progress=false", f"out_dir={tmp_path / 'run'}"]
+    script = ("import sys\nfrom evoharness_rl.envs import register_env\n"
+              "register_env('choice', 'tests.fakes.choice:make_choice_env')\n"
+              "from evoharness_rl.cli import main\nmain(sys.argv[1:])\n")
+    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert_one_line_error(done.returncode, lines, f"env.ray_address='127.0.0.1:{port}': no Ray cluster answers",
+                          "ray start --head")
 
 
 def test_a_share_of_errored_episodes_above_max_error_rate_is_a_warning(capsys, tmp_path):

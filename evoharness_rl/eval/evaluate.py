@@ -109,7 +109,8 @@ def _hash(ident: dict) -> str:
 def identity(cfg: Any, bank_hash: str = "", prompt_version: str = "") -> dict:
     """What decides an episode's outcome: policy and weights, decoding, bank, env, harness, split, seed, prompts."""
     env = asdict(cfg.env)
-    for knob in ("num_workers", "step_timeout_s", "max_live_episodes", "data_dir", "max_steps_train"):
+    for knob in ("num_workers", "step_timeout_s", "max_live_episodes", "data_dir", "max_steps_train", "pool",
+                 "ray_address", "ray_cpus_per_worker"):
         env.pop(knob, None)
     return {
         "policy": _policy_identity(cfg),

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import torch
 
+from evoharness_rl.config import ConfigError
 from evoharness_rl.grpo import batch as B
 from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo.policy import Reference, load_policy
@@ -58,6 +59,7 @@ def setup(cfg, env_factory=None) -> Run:
     acc = Accelerator(cpu=cfg.device == "cpu", step_scheduler_with_optimizer=False)
     plan = B.make_plan(cfg.grpo, acc.num_processes)  # fails before anything heavy loads
     check_backend(cfg, sharded(acc))
+    configure_deepspeed(cfg, acc, plan)
     out_dir = Path(cfg.out_dir)
     log = _logger(cfg, acc, out_dir)
     resume_from = _resume_point(cfg, out_dir, log)
@@ -195,10 +197,10 @@ def _load_bank(cfg, resume_from: Optional[Path]):
 
 def _engine(cfg, run: Run, env_factory):
     from evoharness_rl.rollout.engine import RolloutEngine, sampling_settings
-    from evoharness_rl.rollout.pool import EnvPool
+    from evoharness_rl.rollout.engine import make_pool
 
     backend = _backend(cfg, run)
-    pool = EnvPool(env_factory, cfg.env.num_workers, cfg.env.step_timeout_s)
+    pool = make_pool(env_factory, cfg.env)
     return RolloutEngine(pool, backend, tokenizer=run.tokenizer, sampling=sampling_settings(cfg, train=True),
                          max_prompt_tokens=cfg.policy.max_prompt_tokens, max_live_episodes=cfg.env.max_live_episodes,
                          reward_cfg=cfg.reward, max_trajectory_tokens=cfg.policy.max_trajectory_tokens)
@@ -212,6 +214,29 @@ def sharded(acc) -> bool:
         return True
     plugin = acc.state.deepspeed_plugin if acc.distributed_type == DistributedType.DEEPSPEED else None
     return plugin is not None and plugin.zero_stage == 3
+
+
+def configure_deepspeed(cfg, acc, plan: B.BatchPlan) -> None:
+    """Under DeepSpeed: refuse what cannot run right, and fill the engine settings from the GRPO config.
+
+    The engine clips at grpo.max_grad_norm, takes `micro_batch_samples` rows per micro-step,
+    and starts at one accumulation step (the trainer sets the real count per mini-batch,
+    `trainer.accumulation`). Checked before anything loads. See docs/scale.md.
+    """
+    from accelerate.utils import DistributedType
+
+    if acc.distributed_type != DistributedType.DEEPSPEED:
+        return
+    plugin = acc.state.deepspeed_plugin
+    if plugin.zero_stage == 3 and cfg.grpo.kl_coef > 0 and not cfg.grpo.lora:
+        raise ConfigError("DeepSpeed ZeRO-3 partitions the separately loaded reference model, which no engine "
+                          "manages, so its forward would fail; use grpo.lora=true (the reference is the policy with "
+                          "its adapters off), grpo.kl_coef=0, or a DDP / FSDP / ZeRO-2 accelerate config")
+    ds = plugin.deepspeed_config
+    ds["train_micro_batch_size_per_gpu"] = plan.micro_batch_samples
+    ds["gradient_accumulation_steps"] = 1
+    ds["gradient_clipping"] = cfg.grpo.max_grad_norm
+    ds.pop("train_batch_size", None)
 
 
 def check_backend(cfg, is_sharded: bool) -> None:

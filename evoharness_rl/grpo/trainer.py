@@ -250,7 +250,13 @@ def recompute_old_logprobs(run: Run, samples: list[B.Sample]) -> None:
 
 
 def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
-    """One AdamW step on one mini-batch (this process's rows), micro-batched."""
+    """One AdamW step on one mini-batch (this process's rows), micro-batched.
+
+    The micro-batches run inside accelerate's gradient-accumulation context (`accumulate`),
+    told how many there are: gradients are synchronised once, on the last one (DDP and
+    FSDP skip the all-reduce before it; DeepSpeed gets its accumulation boundary there and
+    takes its engine step then, never earlier). See docs/scale.md.
+    """
     cfg, acc, sums = run.cfg, run.accelerator, StatSums()
     pad_id = run.tokenizer.pad_token_id
     micro = B.micro_batches(samples, run.plan.micro_batch_samples)
@@ -259,22 +265,23 @@ def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
         return sums  # no process has a loss token in this mini-batch: nothing to learn
     micro += [[B.padding_sample(pad_id)]] * (n_micro - len(micro))
     t0 = time.monotonic()
-    for i, rows in enumerate(micro):
-        batch = B.collate(rows, pad_id).to(acc.device)
-        sync = i == n_micro - 1  # gradients are all-reduced once, after the last micro-batch
-        with contextlib.nullcontext() if sync else acc.no_sync(run.model):
-            loss, stats = micro_loss(run, batch, denom)
-            acc.backward(loss)
-        sums.add_tokens(stats)
-        sums.count("loss_sum", loss.item())
-        sums.count("train_tokens", int(batch.attention_mask.sum()))
-    grad_norm = acc.clip_grad_norm_(run.model.parameters(), cfg.grpo.max_grad_norm)
+    with accumulation(acc, n_micro):
+        for rows in micro:
+            batch = B.collate(rows, pad_id).to(acc.device)
+            with acc.accumulate(run.model):  # no gradient sync until the last micro-batch
+                loss, stats = micro_loss(run, batch, denom)
+                acc.backward(loss * n_micro)  # backward divides by the accumulation steps; `denom` already normalises
+            sums.add_tokens(stats)
+            sums.count("loss_sum", loss.item())
+            sums.count("train_tokens", int(batch.attention_mask.sum()))
+    grad_norm = acc.clip_grad_norm_(run.model.parameters(), cfg.grpo.max_grad_norm)  # DeepSpeed: its own, clipped
     grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
     if not math.isfinite(grad_norm):
+        _refuse_a_taken_step(run, grad_norm)
         run.optimizer.zero_grad(set_to_none=True)
         sums.bad_reason = f"non-finite gradient norm {grad_norm} (loss or logprobs overflowed)"
         return sums
-    run.optimizer.step()
+    run.optimizer.step()  # DeepSpeed: a no-op, the engine stepped at the boundary
     run.scheduler.step()
     run.optimizer.zero_grad(set_to_none=True)
     run.state.optimizer_steps += 1
@@ -282,6 +289,37 @@ def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
     sums.count("optimizer_steps", 1)
     sums.count("step_s", time.monotonic() - t0)
     return sums
+
+
+@contextlib.contextmanager
+def accumulation(acc, n_micro: int):
+    """Accumulate over the next `n_micro` micro-batches (one optimizer step), whatever the backend.
+
+    accelerate syncs on every `gradient_accumulation_steps`-th `accumulate`; the count varies
+    per mini-batch (samples per trajectory vary), so it is set here and its step counter
+    restarted. Under DeepSpeed the engine's own accumulation steps follow (its backward
+    divides the loss by them and its boundary must fall on the same micro-batch).
+    """
+    acc.gradient_accumulation_steps, acc.step = n_micro, 0
+    engine = getattr(acc, "deepspeed_engine_wrapped", None)
+    if engine is not None:
+        ds = engine.engine
+        ds.set_train_batch_size(ds.train_micro_batch_size_per_gpu() * n_micro * ds.dp_world_size)
+    try:
+        yield
+    finally:
+        acc.gradient_accumulation_steps, acc.step = 1, 0
+        acc.sync_gradients = True
+
+
+def _refuse_a_taken_step(run: Run, grad_norm: float) -> None:
+    """DeepSpeed steps inside the last backward: a non-finite step it did not skip itself cannot be undone."""
+    engine = getattr(run.accelerator, "deepspeed_engine_wrapped", None)
+    if engine is not None and not getattr(run.optimizer, "step_was_skipped", False):
+        raise RuntimeError(
+            f"DeepSpeed applied an optimizer step with a non-finite gradient norm ({grad_norm}); the weights are no "
+            "longer finite. Resume from the last checkpoint (resume=true), e.g. with a lower grpo.learning_rate"
+        )
 
 
 def micro_loss(run: Run, batch: B.MicroBatch, denom: float):

@@ -51,7 +51,7 @@ from typing import Any, Callable, Optional
 from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, derive_seed
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessSwitches
 from evoharness_rl.rollout.episode import EpisodeSettings
-from evoharness_rl.rollout.pool import EnvPool, Finish, Pending, Reply, Reset, Step, Teacher
+from evoharness_rl.rollout.pool import BasePool, EnvPool, Finish, Pending, Reply, Reset, Step, Teacher
 from evoharness_rl.rollout.trajectory import Trajectory, Turn
 from evoharness_rl.runlog import ProgressBar
 
@@ -109,7 +109,7 @@ class RolloutEngine:
 
     def __init__(
         self,
-        pool: EnvPool,
+        pool: BasePool,
         backend: GenerationBackend,
         tokenizer: Any = None,
         sampling: Optional[SamplingSettings] = None,
@@ -454,13 +454,23 @@ def sampling_settings(cfg: Any, train: bool = False) -> SamplingSettings:
                             max_new_tokens=p.max_new_tokens, seed=cfg.seed)
 
 
+def make_pool(env_factory: Callable[[], Any], env_cfg: Any) -> BasePool:
+    """The environment pool `env_cfg.pool` names (process: this machine; ray: Ray actors, possibly on other nodes)."""
+    if env_cfg.pool == "ray":
+        from evoharness_rl.rollout.ray_pool import RayEnvPool
+
+        return RayEnvPool(env_factory, env_cfg.num_workers, env_cfg.step_timeout_s, address=env_cfg.ray_address,
+                          cpus_per_worker=env_cfg.ray_cpus_per_worker)
+    return EnvPool(env_factory, env_cfg.num_workers, env_cfg.step_timeout_s)
+
+
 def build_engine(cfg: Any, backend: Optional[GenerationBackend] = None) -> RolloutEngine:
     """The pool (cfg.env) and backend (cfg.policy/cfg.model) of a Config, wired into an engine."""
     from evoharness_rl.engines import make_backend
     from evoharness_rl.envs import env_factory
 
     backend = backend if backend is not None else make_backend(cfg)
-    pool = EnvPool(env_factory(cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
+    pool = make_pool(env_factory(cfg.env), cfg.env)
     return RolloutEngine(
         pool,
         backend,

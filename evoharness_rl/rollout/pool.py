@@ -1,4 +1,9 @@
-"""Environment worker pool: N processes, each hosting many live episodes at once.
+"""Environment worker pool: N workers, each hosting many live episodes at once.
+
+`EnvPool` runs the workers as processes on this machine (env.pool=process); `RayEnvPool`
+(ray_pool.py, env.pool=ray) runs them as Ray actors on a cluster's nodes. Both share
+`BasePool` (routing, failures, Experience versions) and so the contract below;
+`rollout.engine.make_pool(env_factory, cfg.env)` builds the configured one.
 
     with EnvPool(env_factory(cfg.env), num_workers=2, step_timeout_s=60) as pool:
         pool.set_experience(snapshot)              # pickled once, shipped once to each worker
@@ -311,15 +316,27 @@ class Pending:
 
 @dataclass
 class _Worker:
+    """What the pool knows of one worker, whatever carries its messages."""
+
     index: int
-    process: Any
-    conn: Connection
     keys: set[str] = field(default_factory=set)  # episodes living in this worker
     experience_version: int = 0  # latest snapshot this worker has been sent
 
 
-class EnvPool:
-    """N environment worker processes hosting many episodes each."""
+DEAD = None  # what `_wait` reports for a worker that died instead of answering
+
+
+class BasePool:
+    """Routing and failure bookkeeping of an environment pool; subclasses carry the messages.
+
+    A transport implements `_start` (a new worker), `_transmit` (send a list of commands),
+    `_wait` (replies that arrived, in each worker's order, or DEAD), `_death` (how a dead
+    worker died), `_kill`, `_shutdown` and `worker_pids`. Everything else -- episode homes,
+    lost episodes, Experience versions, timeouts, replacing workers -- lives here, so every
+    pool keeps the same contract (tests/rollout/test_pool.py runs on each of them).
+    """
+
+    kind = "base"  # env.pool value
 
     def __init__(self, env_factory: Callable[[], Environment], num_workers: int = 2, step_timeout_s: float = 60.0):
         if num_workers < 1:
@@ -336,11 +353,7 @@ class EnvPool:
         self.env_factory = env_factory
         self.num_workers = num_workers
         self.step_timeout_s = step_timeout_s
-        self._ctx = mp.get_context(START_METHOD)
-        if START_METHOD == "forkserver":
-            self._ctx.set_forkserver_preload(["evoharness_rl.rollout.pool"])
-        with _fixed_hash_seed():
-            self._workers = [self._start(i) for i in range(num_workers)]
+        self._workers: list[Any] = []
         self._home: dict[str, int] = {}  # episode key -> worker index
         self._lost: dict[str, str] = {}  # episode key -> why its worker was lost
         self._experience: tuple[int, bytes] = (0, b"")
@@ -369,9 +382,9 @@ class EnvPool:
         is outstanding at a time, so each worker answers in the order it was asked.
         """
         if self._closed:
-            raise RuntimeError("EnvPool.submit after close()")
+            raise RuntimeError(f"{type(self).__name__}.submit after close()")
         if self._pending is not None:
-            raise RuntimeError("EnvPool.submit while an earlier submission is not collected yet")
+            raise RuntimeError(f"{type(self).__name__}.submit while an earlier submission is not collected yet")
         pending = Pending([None] * len(commands), {})
         for position, cmd in enumerate(commands):
             worker = self._route(cmd)
@@ -388,7 +401,7 @@ class EnvPool:
     def collect(self, pending: "Pending") -> list[Reply]:
         """Wait for the replies of a submission (killing and replacing silent or dead workers)."""
         if pending is not self._pending:
-            raise RuntimeError("EnvPool.collect of a submission that is not the outstanding one")
+            raise RuntimeError(f"{type(self).__name__}.collect of a submission that is not the outstanding one")
         self._pending = None
         self._collect(pending.batches, pending.replies)
         return pending.replies  # type: ignore[return-value]
@@ -408,33 +421,22 @@ class EnvPool:
         return set(self._home)
 
     def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers]
+        raise NotImplementedError
 
     def close(self) -> None:
         """Stop all workers (they close their environments); safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        for worker in self._workers:
-            try:
-                worker.conn.send(None)
-            except (OSError, EOFError, BrokenPipeError):
-                pass
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
-        for worker in self._workers:
-            worker.process.join(max(0.0, deadline - time.monotonic()))
-            if worker.process.is_alive():
-                worker.process.kill()
-                worker.process.join()
-            worker.conn.close()
+        self._shutdown()
 
-    def __enter__(self) -> "EnvPool":
+    def __enter__(self) -> "BasePool":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # -- routing and transport -------------------------------------------------------------
+    # -- routing and bookkeeping -----------------------------------------------------------
 
     def _route(self, cmd: Command) -> Optional[int]:
         if isinstance(cmd, (Reset, EnvReset)) and cmd.key not in self._home:
@@ -460,22 +462,17 @@ class EnvPool:
             commands.insert(0, _SetExperience("", version, blob))
             batch.insert(0, (-1, commands[0]))
             worker.experience_version = version
-        try:
-            worker.conn.send(commands)
-        except (OSError, EOFError, BrokenPipeError):
-            pass  # the worker is dead; _collect sees EOF and replaces it
+        self._transmit(index, commands)
 
     def _collect(self, batches: dict[int, list[tuple[int, Command]]], replies: list[Optional[Reply]]) -> None:
         waiting = {index: deque(batch) for index, batch in batches.items()}
         heard = {index: time.monotonic() for index in waiting}
         while waiting:
-            conns = {self._workers[i].conn: i for i in waiting}
             timeout = min(heard[i] for i in waiting) + self.step_timeout_s - time.monotonic()
-            for conn in wait(list(conns), timeout=max(0.0, timeout)):
-                index = conns[conn]
-                try:
-                    reply = conn.recv()
-                except (EOFError, OSError):
+            for index, reply in self._wait(list(waiting), max(0.0, timeout)):
+                if index not in waiting:  # its worker was already failed in this round
+                    continue
+                if reply is DEAD:
                     reason = self._crash_reason(index, waiting[index])
                     self._fail_worker(index, waiting.pop(index), replies, reason)
                     continue
@@ -502,25 +499,16 @@ class EnvPool:
             self._workers[self._home.pop(cmd.key)].keys.discard(cmd.key)
 
     def _crash_reason(self, index: int, pending: deque) -> str:
-        process = self._workers[index].process
-        process.join(1.0)
-        code = process.exitcode
-        how = f"exit code {code}"
-        if code is not None and code < 0:
-            how = f"killed by {signal.Signals(-code).name}"
         doing = ""
         if pending:
             _, cmd = pending[0]
             doing = f" while running {cmd.op} for episode {cmd.key!r}"
-        return f"environment worker {index} crashed ({how}){doing}; it was replaced"
+        return f"environment worker {index} crashed ({self._death(index)}){doing}; it was replaced"
 
     def _fail_worker(self, index: int, pending: deque, replies: list[Optional[Reply]], reason: str) -> None:
         """Kill and replace worker `index`; its episodes are lost with `reason`."""
         worker = self._workers[index]
-        if worker.process.is_alive():
-            worker.process.kill()
-        worker.process.join()
-        worker.conn.close()
+        self._kill(index)
         for key in worker.keys:
             self._lost[key] = reason
             self._home.pop(key, None)
@@ -530,11 +518,102 @@ class EnvPool:
         self._workers[index] = self._start(index)
         self.restarts += 1
 
+    # -- transport (subclasses) ------------------------------------------------------------
+
     def _start(self, index: int) -> _Worker:
+        raise NotImplementedError
+
+    def _transmit(self, index: int, commands: list[Command]) -> None:
+        """Send `commands` to worker `index`; a dead worker is noticed by `_wait`, not here."""
+        raise NotImplementedError
+
+    def _wait(self, indices: list[int], timeout: float) -> list[tuple[int, Any]]:
+        """(worker index, Reply or DEAD) for what arrived from `indices` within `timeout` seconds, in order."""
+        raise NotImplementedError
+
+    def _death(self, index: int) -> str:
+        """How worker `index` died (after `_wait` reported it DEAD)."""
+        raise NotImplementedError
+
+    def _kill(self, index: int) -> None:
+        raise NotImplementedError
+
+    def _shutdown(self) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class _ProcessWorker(_Worker):
+    process: Any = None
+    conn: Optional[Connection] = None
+
+
+class EnvPool(BasePool):
+    """N environment worker processes on this machine, hosting many episodes each (env.pool=process)."""
+
+    kind = "process"
+
+    def __init__(self, env_factory: Callable[[], Environment], num_workers: int = 2, step_timeout_s: float = 60.0):
+        super().__init__(env_factory, num_workers, step_timeout_s)
+        self._ctx = mp.get_context(START_METHOD)
+        if START_METHOD == "forkserver":
+            self._ctx.set_forkserver_preload(["evoharness_rl.rollout.pool"])
+        with _fixed_hash_seed():
+            self._workers = [self._start(i) for i in range(num_workers)]
+
+    def worker_pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    def _start(self, index: int) -> _ProcessWorker:
         parent, child = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
             target=_worker_main, args=(child, self.env_factory), name=f"evoharness-env-{index}", daemon=True
         )
         process.start()
         child.close()
-        return _Worker(index, process, parent)
+        return _ProcessWorker(index, process=process, conn=parent)
+
+    def _transmit(self, index: int, commands: list[Command]) -> None:
+        try:
+            self._workers[index].conn.send(commands)
+        except (OSError, EOFError, BrokenPipeError):
+            pass  # the worker is dead; _wait sees EOF
+
+    def _wait(self, indices: list[int], timeout: float) -> list[tuple[int, Any]]:
+        conns = {self._workers[i].conn: i for i in indices}
+        arrived = []
+        for conn in wait(list(conns), timeout=timeout):
+            try:
+                arrived.append((conns[conn], conn.recv()))
+            except (EOFError, OSError):
+                arrived.append((conns[conn], DEAD))
+        return arrived
+
+    def _death(self, index: int) -> str:
+        process = self._workers[index].process
+        process.join(1.0)
+        code = process.exitcode
+        if code is not None and code < 0:
+            return f"killed by {signal.Signals(-code).name}"
+        return f"exit code {code}"
+
+    def _kill(self, index: int) -> None:
+        worker = self._workers[index]
+        if worker.process.is_alive():
+            worker.process.kill()
+        worker.process.join()
+        worker.conn.close()
+
+    def _shutdown(self) -> None:
+        for worker in self._workers:
+            try:
+                worker.conn.send(None)
+            except (OSError, EOFError, BrokenPipeError):
+                pass
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for worker in self._workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+            if worker.process.is_alive():
+                worker.process.kill()
+                worker.process.join()
+            worker.conn.close()

@@ -81,3 +81,55 @@ def check_conformance(make_env: Callable[[], Environment], split: str) -> None:
     finally:
         env.close()
     env.close()  # idempotent
+
+
+class PooledEnv(Environment):
+    """An Environment whose reset and step run in a pool worker (EnvReset / EnvStep), for
+    `check_conformance` through env.pool=process and env.pool=ray: what crosses the pool
+    (Task, StepResult, invalid actions, determinism in another process or node) must
+    keep the contract. The static lookups (spec, task ids, families) come from a local instance."""
+
+    _keys = 0
+
+    def __init__(self, pool, make_env: Callable[[], Environment]):
+        PooledEnv._keys += 1
+        self.pool, self.key, self.local = pool, f"conformance-{PooledEnv._keys}", make_env()
+        self.spec = self.local.spec
+        self.closed = False
+
+    def _call(self, command):
+        (reply,) = self.pool.call([command])
+        if not reply.ok:
+            raise RuntimeError(reply.error)
+        return reply.value
+
+    def task_ids(self, split: str) -> list[str]:
+        return self.local.task_ids(split)
+
+    def task_family(self, task_id: str) -> str:
+        return self.local.task_family(task_id)
+
+    def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:
+        from evoharness_rl.rollout.pool import EnvReset
+
+        return self._call(EnvReset(self.key, task_id, seed))
+
+    def step(self, action: str) -> StepResult:
+        from evoharness_rl.rollout.pool import EnvStep
+
+        return self._call(EnvStep(self.key, action))
+
+    def make_belief(self):
+        return self.local.make_belief()
+
+    def make_teacher(self, enabled_verbs, harness_rate, rng):
+        raise NotImplementedError("the teacher runs in the worker (pool command Teacher)")
+
+    def close(self) -> None:
+        if not self.closed:
+            from evoharness_rl.rollout.pool import Finish
+
+            self.closed = True
+            if self.key in self.pool.live_keys:
+                self._call(Finish(self.key))
+            self.local.close()

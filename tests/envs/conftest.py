@@ -5,6 +5,7 @@ Session-scoped so the engine-backed generation (a few seconds) runs once per tes
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -139,6 +140,7 @@ def alfworld_env_factory(alfworld_root):
         envs.append(AlfworldEnv(alfworld_root))
         return envs[-1]
 
+    make.picklable = functools.partial(AlfworldEnv, alfworld_root)  # what a pool worker builds
     yield make
     for env in envs:
         env.close()
@@ -158,6 +160,7 @@ def webshop_env_factory(tmp_path):
         envs.append(adapter.make_webshop_env(cfg))
         return envs[-1]
 
+    make.picklable = functools.partial(adapter.make_webshop_env, cfg)
     yield make
     for env in envs:
         env.close()
@@ -178,7 +181,7 @@ def webarena_data(tmp_path_factory) -> str:
 def webarena_env_factory(webarena_data):
     """Factory of the WebArena environment on the local sites (real headless Chromium; closed after the test)."""
     from evoharness_rl.config import EnvConfig
-    from evoharness_rl.envs import make_env
+    from evoharness_rl.envs import env_factory, make_env
 
     envs = []
 
@@ -186,6 +189,7 @@ def webarena_env_factory(webarena_data):
         envs.append(make_env(EnvConfig(name="webarena", data_dir=webarena_data)))
         return envs[-1]
 
+    make.picklable = env_factory(EnvConfig(name="webarena", data_dir=webarena_data))
     yield make
     for env in envs:
         env.close()

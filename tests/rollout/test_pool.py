@@ -1,4 +1,6 @@
-"""EnvPool: parallel workers, many episodes per worker, crash/timeout isolation, experience shipping."""
+"""EnvPool: parallel workers, many episodes per worker, crash/timeout isolation, experience shipping.
+
+The failure tests run on both pools (`new_pool`: env.pool=process and env.pool=ray on a local Ray instance)."""
 
 from __future__ import annotations
 
@@ -68,8 +70,8 @@ def test_env_instances_are_reused_across_episodes(fake_factory, settings):
 
 
 @pytest.mark.parametrize("bad", ["crash/1", "segv/1"])
-def test_crashing_worker_fails_only_its_episodes(fake_factory, settings, bad):
-    with EnvPool(fake_factory(bad_tasks=(bad,)), num_workers=2, step_timeout_s=30) as pool:
+def test_crashing_worker_fails_only_its_episodes(fake_factory, settings, bad, new_pool, pool_kind):
+    with new_pool(fake_factory(bad_tasks=(bad,)), num_workers=2, step_timeout_s=30) as pool:
         tasks = [bad, "pick/2", "clean/2", "heat/2"]
         pool.call([Reset(f"e{i}", t, 0, settings) for i, t in enumerate(tasks)])
         home = pool._home["e0"]
@@ -77,7 +79,7 @@ def test_crashing_worker_fails_only_its_episodes(fake_factory, settings, bad):
         old_pid = pool.worker_pids()[home]
         out = _play(pool, [f"e{i}" for i in range(len(tasks))])
         assert isinstance(out["e0"], str) and "crashed" in out["e0"] and "step" in out["e0"]
-        if bad.startswith("segv"):
+        if bad.startswith("segv") and pool_kind == "process":  # Ray reports an exit, not the signal
             assert "SIGSEGV" in out["e0"]
         for key in neighbours:  # episodes hosted by the same worker are lost with it
             assert isinstance(out[key], str) and "crashed" in out[key]
@@ -89,12 +91,12 @@ def test_crashing_worker_fails_only_its_episodes(fake_factory, settings, bad):
         assert _play(pool, ["again"])["again"].won
 
 
-def test_silent_worker_is_killed_after_step_timeout(fake_factory, settings):
-    with EnvPool(fake_factory(bad_tasks=("hang/1",)), num_workers=2, step_timeout_s=1.5) as pool:
+def test_silent_worker_is_killed_after_step_timeout(fake_factory, settings, new_pool):
+    with new_pool(fake_factory(bad_tasks=("hang/1",)), num_workers=2, step_timeout_s=1.5) as pool:
         pool.call([Reset("stuck", "hang/1", 0, settings), Reset("fine", "pick/2", 0, settings)])
         start = time.monotonic()
         out = _play(pool, ["stuck", "fine"])
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < 60  # the hang lasts an hour; a Ray replacement actor takes seconds to start
         assert "no answer within env.step_timeout_s=1.5s" in out["stuck"]
         assert out["fine"].won
         assert pool.restarts == 1
@@ -139,13 +141,13 @@ def test_unpicklable_factory_is_rejected():
         EnvPool(lambda: None, num_workers=1)
 
 
-def test_workers_have_a_fixed_hash_seed(fake_factory):
+def test_workers_have_a_fixed_hash_seed(fake_factory, new_pool):
     """Adapters that iterate over string sets must play the same episode in every run."""
     import subprocess
     import sys
 
     expected = subprocess.run([sys.executable, "-c", "print(hash('evoharness'))"], capture_output=True, text=True,
                               env={"PYTHONHASHSEED": "0"}, check=True).stdout.strip()
-    with EnvPool(fake_factory(), num_workers=2, step_timeout_s=30) as pool:
+    with new_pool(fake_factory(), num_workers=2, step_timeout_s=30) as pool:
         replies = pool.call([EnvReset("a", "pick/1"), EnvReset("b", "pick/1")])
     assert {str(r.value[1].info["hash"]) for r in replies} == {expected}
