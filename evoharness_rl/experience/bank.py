@@ -137,7 +137,7 @@ class ExperienceBank:
         """A frozen, picklable read-only view for one rollout batch (`ExperienceReader`)."""
         from evoharness_rl.experience.retrieval import BankSnapshot
 
-        return BankSnapshot.from_entries(self.active(), self.content_hash())
+        return BankSnapshot.from_entries(self.active(), self.content_hash(), self.update_index)
 
     def content_hash(self) -> str:
         """sha256 of the canonical bank content (part of evaluation fingerprints)."""
@@ -190,6 +190,7 @@ class ExperienceBank:
             error = check_operation(op, entries, limits)
             if error:
                 result.rejected.append(f"{op.op} {op.id or op.category}: {error}")
+                result.outcomes.append(_outcome(op, "rejected", error=error))
                 continue
             self._apply_one(entries, next_seq, with_defaults(op), source, result)
         result.pruned = self._enforce_capacity(entries)
@@ -197,10 +198,14 @@ class ExperienceBank:
         return result
 
     def _apply_one(self, entries: "_CopyOnWrite", next_seq: dict, op: Operation, source: str, result: ApplyResult) -> None:
+        chosen = op
         if op.op == "add":
             op = _redirect_add(entries, op)
+            if op.op != "add":  # the bank, not the consolidator, decided this one
+                result.redirected[f"add_to_{op.op}"] += 1
         if op.op == "skip":
             result.counts["skip"] += 1
+            result.outcomes.append(_outcome(chosen, "skip", reason=op.reason))
             return
         record = {"update": self.update_index, "op": op.op, "source": source, "reason": op.reason}
         if op.op == "add":
@@ -213,6 +218,8 @@ class ExperienceBank:
                 record["before"] = {k: getattr(entry, k) for k, v in op.fields().items() if getattr(entry, k) != v}
                 if not record["before"]:
                     result.counts["skip"] += 1  # the "update" changes nothing: redundant evidence
+                    result.redirected[f"{chosen.op}_to_skip"] += 1
+                    result.outcomes.append(_outcome(chosen, "skip", entry.id, "changes nothing"))
                     return
                 for name, value in op.fields().items():
                     setattr(entry, name, value)
@@ -224,6 +231,7 @@ class ExperienceBank:
             entry.history.append(record)
         result.counts[op.op] += 1
         result.touched.append(entry.id)
+        result.outcomes.append(_outcome(chosen, op.op, entry.id))
 
     def _new_entry(self, next_seq: dict, op: Operation) -> Entry:
         prefix = "task" if op.category.startswith(TASK_PREFIX) else ID_PREFIX[op.category]
@@ -375,6 +383,14 @@ class _CopyOnWrite(dict):
     def __setitem__(self, entry_id: str, entry: Entry) -> None:
         super().__setitem__(entry_id, entry)
         self._copied.add(entry_id)  # a new entry belongs to this edit already
+
+
+def _outcome(op: Operation, result: str, entry_id: str = "", reason: str = "", error: str = "") -> dict[str, Any]:
+    """One operation as the cycle's history keeps it: what the consolidator chose (`op` and its fields, evidence
+    refs included) and what the bank did (`result`: add | update | archive | skip | rejected; `entry`)."""
+    record = {**op.to_dict(), "result": result, "entry": entry_id or op.id}
+    record.update({k: v for k, v in (("bank_reason", reason), ("error", error)) if v})
+    return {k: v for k, v in record.items() if v not in ("", [], None)}
 
 
 def _redirect_add(entries: dict[str, Entry], op: Operation) -> Operation:

@@ -8,6 +8,7 @@ import pytest
 from evoharness_rl.experience import ExperienceBank, LLMConsolidator, consolidate, parse_last_json
 from evoharness_rl.experience.operations import Operation
 from tests.experience import synthetic
+from tests.fakes.consolidator import Scripted
 
 # ------------------------------------------------------------------------- parse_last_json
 
@@ -40,20 +41,6 @@ def test_parse_is_fast_on_adversarial_input(garbage):
 
 
 # --------------------------------------------------------------------------- scripted model
-
-
-class Scripted:
-    """A generate_text callable answering from a list (or by stage keyword), recording prompts."""
-
-    def __init__(self, answers):
-        self.answers, self.prompts = answers, []
-
-    def __call__(self, messages):
-        self.prompts.append(messages[-1]["content"])
-        answer = self.answers.pop(0) if isinstance(self.answers, list) else self.answers(messages[-1]["content"])
-        if isinstance(answer, Exception):
-            raise answer
-        return answer if isinstance(answer, str) else "Reasoning first.\n" + json.dumps(answer)
 
 
 def seeded_bank():

@@ -102,7 +102,7 @@ def test_baselines_are_config_only(warm_model_dir, tmp_path, mode):
     run_grpo(cfg, env_factory=envs)
     (row,) = read_metrics(tmp_path / "run")
     assert row["harness_calls_per_episode"] == 0.0  # verbs are invalid in both modes
-    assert ("experience/add" in row) == (mode == "always_on")  # env_only has no Experience to consolidate
+    assert ("experience/chosen/add" in row) == (mode == "always_on")  # env_only has no Experience to consolidate
 
 
 @pytest.mark.slow
@@ -222,7 +222,7 @@ def test_self_consolidation_asks_the_policy(warm_model_dir, tmp_path):
     run_grpo(cfg, env_factory=envs)
     (row,) = read_metrics(tmp_path / "run")
     assert row["experience/llm_calls"] > 0  # the tiny policy's answers are not valid JSON: counted, bank unchanged
-    assert row["experience/failures"] > 0 and row["experience/add"] == 0
+    assert row["experience/failures"] > 0 and row["experience/applied/add"] == 0
 
 
 @pytest.mark.slow
