@@ -260,7 +260,7 @@ class ExperienceConfig:
     api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the consolidator's key
     max_new_tokens: int = 2048  # consolidator response limit
     max_field_chars: int = 300  # longer entry fields are rejected
-    max_prompt_chars: int = 24000  # LLM consolidation: characters of episode/note evidence per prompt (the rest is elided)
+    max_prompt_chars: int = 24000  # LLM consolidation: characters of episode/note evidence per prompt; a longer batch is read in parts, one call each, reconciled by a final call (docs/experience.md)
     max_retries: int = 4  # openai consolidator: retries with backoff before a call counts as failed
     request_timeout_s: float = 300.0  # openai consolidator: per-request timeout
     trajectories: Optional[str] = None  # consolidate: a .jsonl file, a trajectories/ folder or a run directory to learn from

@@ -37,12 +37,11 @@ def consolidate_command(cfg: Any) -> Path:
     if not trajectories:
         raise ValueError(f"experience.trajectories={exp.trajectories} holds no trajectories (*.jsonl / *.json records)")
     out = Path(cfg.out_dir)
+    fresh = exp.bank and not Path(exp.bank).exists()
+    bank = ExperienceBank(exp.capacity) if fresh else load_bank(exp)  # a damaged bank fails before anything is written
     log = RunLogger(out, getattr(cfg, "logger", None))
-    if exp.bank and not Path(exp.bank).exists():
+    if fresh:
         log.info(f"experience.bank={exp.bank} does not exist yet: starting from an empty bank")
-        bank = ExperienceBank(exp.capacity)
-    else:
-        bank = load_bank(exp)
     consolidator = make_consolidator(exp, cfg.env.name)
     limits = OpLimits(max_field_chars=exp.max_field_chars)
     ordered = sorted(trajectories, key=lambda t: canonical_key(t)[3])  # digest order mixes families in every batch
