@@ -103,6 +103,17 @@ LOCAL_RULES = (
     "EXISTING. Put supported search priorities under search_priorities."
 )
 
+# The answer both fused calls (one batch, or the final reconciliation of its parts) end with.
+FUSED_FORMAT = """FINAL JSON FORMAT (every text field at most {max_field_chars} characters):
+{{"operations": [
+  {{"op": "add", "category": "general", "principle": "...", "trigger": "...", "task_types": ["...", "..."], "evidence": ["E1", "E3"]}},
+  {{"op": "add", "category": "task", "family": "<one of the {task_noun}s above>", "principle": "...", "trigger": "...", "evidence": ["E2"]}},
+  {{"op": "add", "category": "mistakes", "family": "<a {task_noun}, or empty for all>", "principle": "...", "how_to_avoid": "...", "task_types": [], "evidence": ["N1"]}},
+  {{"op": "update", "id": "<existing id>", "principle": "...", "evidence": ["E2"]}},
+  {{"op": "archive", "id": "<existing id>", "reason": "..."}},
+  {{"op": "skip", "reason": "..."}}],
+ "search_priorities": [{{"object": "...", "locations": ["most likely", "next"], "evidence": ["E1"]}}]}}"""
+
 FUSED = """You are the experience evolver for {agent_description}. You are given the episodes of the latest rollout batch (several {task_noun}s) and the frozen experience store. Abstract reusable Experience from this evidence and fold it into the store as incremental edits: task-specific skills and mistakes for each {task_noun}, general skills and mistakes supported by at least two {task_noun}s, and search priorities.
 
 {task_label}S PRESENT IN THIS BATCH: {task_type_list}
@@ -113,15 +124,7 @@ EXISTING STORE:
 
 Each candidate maps to one of Add, Update, Archive, or Skip. Skip represents a redundant candidate, Update a refinement or correction, Archive an entry that is misleading beyond repair, and Add genuinely new Experience. Update and archive operations reference existing IDs; evidence references come from the provided inputs, and fields are short. General entries (category "general", or "mistakes" without a family) name at least two supporting task_types.
 
-FINAL JSON FORMAT (every text field at most {max_field_chars} characters):
-{{"operations": [
-  {{"op": "add", "category": "general", "principle": "...", "trigger": "...", "task_types": ["...", "..."], "evidence": ["E1", "E3"]}},
-  {{"op": "add", "category": "task", "family": "<one of the {task_noun}s above>", "principle": "...", "trigger": "...", "evidence": ["E2"]}},
-  {{"op": "add", "category": "mistakes", "family": "<a {task_noun}, or empty for all>", "principle": "...", "how_to_avoid": "...", "task_types": [], "evidence": ["N1"]}},
-  {{"op": "update", "id": "<existing id>", "principle": "...", "evidence": ["E2"]}},
-  {{"op": "archive", "id": "<existing id>", "reason": "..."}},
-  {{"op": "skip", "reason": "..."}}],
- "search_priorities": [{{"object": "...", "locations": ["most likely", "next"], "evidence": ["E1"]}}]}}"""
+""" + FUSED_FORMAT
 
 PART_NOTE = ("BATCH PART {part} OF {parts}: the batch is longer than one prompt, so its episodes are read in {parts} "
              "parts; this part shows {shown} of its {total} episodes, each complete. Cite episodes by their E# labels.\n\n")
@@ -136,15 +139,7 @@ EXISTING STORE:
 
 Each kept proposal maps to one of Add, Update, Archive, or Skip. Update and archive operations reference existing IDs; evidence references are the E#/N# labels of the proposals; fields are short. General entries (category "general", or "mistakes" without a family) name at least two supporting task_types.
 
-FINAL JSON FORMAT (every text field at most {max_field_chars} characters):
-{{"operations": [
-  {{"op": "add", "category": "general", "principle": "...", "trigger": "...", "task_types": ["...", "..."], "evidence": ["E1", "E3"]}},
-  {{"op": "add", "category": "task", "family": "<one of the {task_noun}s above>", "principle": "...", "trigger": "...", "evidence": ["E2"]}},
-  {{"op": "add", "category": "mistakes", "family": "<a {task_noun}, or empty for all>", "principle": "...", "how_to_avoid": "...", "task_types": [], "evidence": ["N1"]}},
-  {{"op": "update", "id": "<existing id>", "principle": "...", "evidence": ["E2"]}},
-  {{"op": "archive", "id": "<existing id>", "reason": "..."}},
-  {{"op": "skip", "reason": "..."}}],
- "search_priorities": [{{"object": "...", "locations": ["most likely", "next"], "evidence": ["E1"]}}]}}"""
+""" + FUSED_FORMAT
 
 ACTION_CHARS = 120  # one action in an episode rendering (longer ones are cut with a marker)
 RESULT_CHARS = 160  # one observation / harness result (longer ones are cut with a marker)
