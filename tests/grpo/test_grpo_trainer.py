@@ -21,6 +21,7 @@ from evoharness_rl.errors import Refusal
 from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo.core import lambda_div
 from evoharness_rl.grpo.trainer import run_grpo
+from evoharness_rl.experience.history import read_history
 from evoharness_rl.runlog import read_metrics
 
 ROOT = Path(__file__).parents[2]  # the checkout: subprocesses import tests.fakes from it
@@ -245,6 +246,10 @@ def test_two_process_ddp_on_cpu(warm_model_dir, tmp_path):
     saved = ckpt.checkpoint_path(tmp_path / "run", 2)
     assert (saved / "random_states_0.pkl").exists() and (saved / "random_states_1.pkl").exists()
     assert "(1 prompts per process on 2 process(es))" in (tmp_path / "run" / "run.log").read_text()
+    kept = sorted(p.relative_to(tmp_path / "run" / "trajectories").as_posix()
+                  for p in (tmp_path / "run" / "trajectories").glob("update_*/*.json"))
+    assert kept == [f"update_{u:06d}/{i:05d}.json" for u in (0, 1) for i in range(8)]  # each process its own episodes
+    assert [c["episodes_in_batch"] for c in read_history(tmp_path / "run" / "history.jsonl")] == [8, 8]
 
 
 @pytest.mark.slow
