@@ -168,7 +168,11 @@ def bank_main(args: list[str]) -> None:
 
     from evoharness_rl.errors import UserError
 
-    parser = argparse.ArgumentParser(prog="evoharness-rl bank", usage=BANK_USAGE)
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str):  # one line, like every other bad input
+            raise UserError(f"bank: {message}; see `evoharness-rl bank -h`")
+
+    parser = Parser(prog="evoharness-rl bank", usage=BANK_USAGE)
     parser.add_argument("action", choices=("show", "log", "diff"))
     parser.add_argument("sources", nargs="+")
     parser.add_argument("--all", action="store_true", help="show: archived entries too")

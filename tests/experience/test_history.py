@@ -107,6 +107,8 @@ def test_bank_show_log_diff(tmp_path, capsys):
 @pytest.mark.parametrize("args, message", [
     (["bank", "show", "nowhere"], "nowhere does not exist"),
     (["bank", "diff", "x"], "bank diff takes 2 SOURCEs, got 1"),
+    (["bank"], "the following arguments are required: action, sources"),
+    (["bank", "shwo", "x"], "invalid choice: 'shwo'"),
 ])
 def test_bank_command_errors_are_one_line(tmp_path, capsys, args, message):
     code, _, err = run_cli(args, capsys)
