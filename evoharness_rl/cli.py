@@ -20,6 +20,7 @@ COMMAND_HELP = {
     "grpo": "cost-aware GRPO with Experience consolidation between rollout batches",
     "eval": "evaluate a policy on a split; writes summary.json and trajectories/",
     "consolidate": "run Experience consolidation offline over saved trajectories",
+    "bank": "inspect an Experience bank: bank show|log|diff SOURCE... (plain arguments; see `evoharness-rl bank -h`)",
     "report": "Markdown tables and plots from run directories (runs=[dir,...])",
     "init-model": "build a small local tokenizer + Qwen3-architecture model (size=tiny|small|base out=DIR), "
                   "or import a real one (source=smollm2-135m-instruct out=DIR)",
@@ -59,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         print(usage())
         sys.exit(0 if argv else 2)
     command, overrides = argv[0], argv[1:]
+    if command == "bank":  # inspection only: positional arguments, no config, no out_dir
+        _bank(overrides)
+        return
     if command not in COMMAND_HELP:
         print(f"error: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
         sys.exit(2)
@@ -323,6 +327,17 @@ def _consolidate(cfg) -> None:
     from evoharness_rl.experience.cli import consolidate_command
 
     consolidate_command(cfg)
+
+
+def _bank(args: list[str]) -> None:
+    from evoharness_rl.errors import UserError
+    from evoharness_rl.experience.cli import bank_main
+
+    try:
+        bank_main(args)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)
 
 
 def _report(cfg) -> None:

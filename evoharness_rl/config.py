@@ -241,7 +241,7 @@ class GRPOConfig:
     eval_limit: int = 32  # tasks in each periodic validation, drawn from every task family of the split in turn
     save_every: int = 10  # checkpoint every N updates
     keep_checkpoints: int = 2  # newest checkpoints kept in out_dir/checkpoints (older ones are deleted; 0: keep all)
-    keep_trajectories: int = 4  # episodes of each update saved to out_dir/trajectories/update_NNNNNN/ (no token ids; `view` and the wandb table show them; 0: none)
+    keep_trajectories: Optional[int] = None  # episodes of each update saved to out_dir/trajectories/update_NNNNNN/ in eval's record format without token ids (null: every episode; N: a sample of N per process; 0: none)
     lr_warmup_steps: int = 0  # optimizer steps of linear learning-rate warmup (0: constant lr, as in the paper)
     max_bad_updates: int = 5  # stop after this many skipped (NaN/inf) updates
     gradient_checkpointing: Optional[bool] = None  # null: on with a GPU, off on CPU
@@ -265,7 +265,7 @@ class ExperienceConfig:
     api_key_env: str = "OPENAI_API_KEY"  # environment variable holding the consolidator's key
     max_new_tokens: int = 2048  # consolidator response limit
     max_field_chars: int = 300  # longer entry fields are rejected
-    max_prompt_chars: int = 24000  # LLM consolidation: characters of episode/note evidence per prompt (the rest is elided)
+    max_prompt_chars: int = 24000  # LLM consolidation: characters of episode/note evidence per prompt; a longer batch is read in parts, one call each, reconciled by a final call (docs/experience.md)
     max_retries: int = 4  # openai consolidator: retries with backoff before a call counts as failed
     request_timeout_s: float = 300.0  # openai consolidator: per-request timeout
     trajectories: Optional[str] = None  # consolidate: a .jsonl file, a trajectories/ folder or a run directory to learn from

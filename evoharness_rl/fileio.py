@@ -62,6 +62,17 @@ def out_dir_lock(out_dir: str | os.PathLike, note: Callable[[str], None] = print
     A second job into the same out_dir is refused with OutDirBusy (nothing written); a lock
     left by a process that no longer exists is taken over, and `note` says so."""
     path = Path(out_dir) / LOCK_FILE
+    with pid_lock(path, note, lambda holder: OutDirBusy(
+            f"out_dir {out_dir} is in use by another job (pid {holder}, see {path}); wait for it "
+            "to end or choose another out_dir")):
+        yield
+
+
+@contextmanager
+def pid_lock(path: str | os.PathLike, note: Callable[[str], None], busy: Callable[[int], Exception]) -> Iterator[None]:
+    """Hold the lock file `path` (created exclusively; it holds this process's pid). A live holder raises
+    `busy(its pid)`; a lock left by a process that no longer exists is taken over, and `note` says so."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         try:
@@ -69,8 +80,7 @@ def out_dir_lock(out_dir: str | os.PathLike, note: Callable[[str], None] = print
         except FileExistsError:
             holder = _lock_holder(path)
             if holder is not None and _alive(holder):
-                raise OutDirBusy(f"out_dir {out_dir} is in use by another job (pid {holder}, see {path}); wait for it "
-                                 "to end or choose another out_dir") from None
+                raise busy(holder) from None
             path.unlink(missing_ok=True)
             note(f"took over the stale lock {path} (its process {holder if holder is not None else '?'} is gone)")
             continue

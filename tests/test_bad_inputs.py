@@ -285,3 +285,51 @@ def test_a_share_of_errored_episodes_above_max_error_rate_is_a_warning(capsys, t
     cfg.max_error_rate = 0.2
     _check_errors(cfg, summary)
     assert capsys.readouterr().err == ""
+
+
+# ----------------------------------------------------------------- Experience bank
+
+
+def _bank_file(folder: Path) -> Path:
+    from evoharness_rl.experience import ExperienceBank
+    from evoharness_rl.experience.operations import Operation
+
+    bank = ExperienceBank()
+    bank.apply([Operation("add", category="search", subject="kettle", principle="kettle: stoveburner"),
+                Operation("add", category="search", subject="mug", principle="mug: cabinet")], "seed")
+    return bank.save(folder / "bank.json")
+
+
+def _edited(edit, keep_hash=False):
+    def damage(path: Path) -> None:
+        data = json.loads(path.read_text())
+        edit(data)
+        if not keep_hash:
+            data.pop("content_hash")  # a deliberate hand edit (the loader then checks the structure alone)
+        path.write_text(json.dumps(data))
+    return damage
+
+
+@pytest.mark.parametrize("damage, message", [
+    (_edited(lambda d: d["entries"][0].update(status="deleted")), "entries[0].status must be 'active' or 'archived'"),
+    (_edited(lambda d: d["entries"][1].update(id="srch-001")), "id 'srch-001' appears twice"),
+    (_edited(lambda d: d["entries"][0].update(category="kitchen")), "category 'kitchen' is not valid"),
+    (_edited(lambda d: d["entries"][0].update(principle="edited"), keep_hash=True), "content hash mismatch"),
+    (_edited(lambda d: d.update(schema_version=99)), "newer than this EvoHarness-RL supports"),
+    (lambda p: p.write_text(p.read_text()[:200]), "is not valid JSON"),
+])
+def test_a_damaged_bank_is_one_line_and_left_as_it_was(tmp_path, capsys, damage, message):
+    from evoharness_rl.rollout.trajectory import write_jsonl
+    from tests.experience import synthetic
+
+    bank = _bank_file(tmp_path / "seed")
+    damage(bank)
+    raw = bank.read_bytes()
+    write_jsonl(tmp_path / "t.jsonl", synthetic.batch(4))
+    out = tmp_path / "run"
+    code, lines, _ = run_cli(["consolidate", "env=alfworld", f"experience.trajectories={tmp_path / 't.jsonl'}",
+                              f"experience.bank={bank}", "logger.progress=false", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, str(bank), message)
+    assert bank.read_bytes() == raw and not (out / "bank.json").exists() and not (out / "history.jsonl").exists()
+    code, lines, _ = run_cli(["bank", "show", str(bank)], capsys)
+    assert_one_line_error(code, lines, message)

@@ -21,7 +21,9 @@ discarded. With `experience.evolve=online` (inference-only EvoHarness-Base), the
 consolidated after every window of `experience.window` episodes; each window's bank is
 saved in `out_dir/experience/` so a resumed run continues from the same bank, and the
 final one as `out_dir/bank.json` (collect: the bank the teacher's traces evolved, which
-GRPO can start from).
+GRPO can start from), with `out_dir/history.jsonl` beside it: one line per window's
+consolidation (experience/history.py). Every record carries `bank_version` and `bank_cycle`:
+the bank its episode read.
 """
 
 from __future__ import annotations
@@ -265,13 +267,18 @@ def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger) -> tuple[list[
     log.info(f"eval {cfg.split}: {len(jobs)} episodes, {sum(r is not None for r in records)} already recorded "
              f"with fingerprint {fp}")
 
-    def keep(i: int, traj: Trajectory) -> None:
+    def keep(i: int, traj: Trajectory, snapshot) -> None:
         traj.fingerprint = fp
-        write_record(paths[i], traj)
+        write_record(paths[i], traj.played_with(snapshot))
         records[i] = traj
 
     online = cfg.experience.evolve == "online"
     consolidator = window_consolidator(cfg, engine) if online else None
+    if online:  # one line per window's consolidation, beside out_dir/bank.json (continues a resumed run's)
+        from evoharness_rl.experience.history import HISTORY_FILE, start_history
+
+        if not (out / HISTORY_FILE).exists():
+            start_history(out / HISTORY_FILE, cfg.experience.bank)
     llm_calls = 0
     for k, (lo, hi) in enumerate(windows):
         if online and _load_window_bank(out, k, records[lo:hi], bank):
@@ -280,10 +287,10 @@ def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger) -> tuple[list[
         snapshot = bank.snapshot() if bank is not None else None
         if todo:
             engine.run([jobs[i] for i in todo], settings, snapshot,
-                       on_finish=lambda j, traj: keep(todo[j], traj))
+                       on_finish=lambda j, traj: keep(todo[j], traj, snapshot))
         if online:
-            llm_calls += _consolidate_window(cfg, bank, consolidator, records[lo:hi], log)
-            bank.save(_window_bank_path(out, k))
+            llm_calls += _consolidate_window(cfg, bank, consolidator, records[lo:hi], log, _window_bank_path(out, k),
+                                             out / HISTORY_FILE)
     if online:
         bank.save(out / EVOLVED_BANK_FILE)
     return records, llm_calls  # type: ignore[return-value]
@@ -377,20 +384,26 @@ def window_consolidator(cfg: Any, engine: RolloutEngine):
     return make_consolidator(cfg.experience, cfg.env.name, generate)
 
 
-def _consolidate_window(cfg: Any, bank, consolidator, window: list[Trajectory], log: RunLogger) -> int:
-    """Consolidate one window into `bank`; returns the consolidator's LLM calls."""
+def _consolidate_window(cfg: Any, bank, consolidator, window: list[Trajectory], log: RunLogger, bank_path: Path,
+                        history: Path) -> int:
+    """Consolidate one window into `bank`, save it to `bank_path` and append the cycle to `history`; returns the
+    consolidator's LLM calls."""
     from evoharness_rl.experience import OpLimits, consolidate
+    from evoharness_rl.experience.history import save_cycle
 
     limits = OpLimits(max_field_chars=cfg.experience.max_field_chars)
     report = consolidate(bank, window, consolidator, limits=limits, log=log)
+    save_cycle(bank, report, bank_path, history)
     log.info(f"experience window {bank.update_index}: {report.ops} -> bank {report.bank_hash[:12]}")
     return report.llm_calls
 
 
 def policy_generate_text(engine: RolloutEngine, max_new_tokens: int, messages: list[dict[str, str]]) -> str:
-    """One greedy chat completion from the engine's backend (self-consolidation)."""
+    """One greedy chat completion from the engine's backend (self-consolidation: eval's online windows and GRPO),
+    with its token counts and finish reason (`Reply`)."""
     from evoharness_rl.engines.base import GenerationRequest
     from evoharness_rl.engines.tokens import encode_prompt
+    from evoharness_rl.experience.llm import Reply
 
     request = GenerationRequest(messages=list(messages))
     if engine.backend.uses_tokens:
@@ -399,4 +412,6 @@ def policy_generate_text(engine: RolloutEngine, max_new_tokens: int, messages: l
     (completion,) = engine.backend.generate([request], sampling)
     if completion.error is not None:
         raise RuntimeError(f"self-consolidation generation failed: {completion.error}")
-    return completion.text
+    tokens = engine.backend.uses_tokens
+    return Reply(completion.text, len(request.prompt_ids) if tokens else None,
+                 len(completion.completion_ids) if tokens else None, completion.finish_reason)

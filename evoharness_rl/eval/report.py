@@ -13,7 +13,8 @@
   harness calls per episode over updates; each split's table gets a per-family bar chart.
 - All GRPO runs together get the learning-dynamics panels (`dynamics.png`: validation
   success, harness calls by verb, episode length and Experience operations per
-  consolidation cycle, against the update) and a table of the updates each needed to
+  consolidation cycle -- as the consolidator chose them, with the bank's redirections
+  as separate series -- against the update) and a table of the updates each needed to
   reach validation-success thresholds (paper Fig. 8, 3 and 5).
 - GRPO runs whose resolved configs differ only in `seed` (and `out_dir`) are seeds of one
   setting: the panels draw their mean with the min-max band, and an "across seeds" table
@@ -274,9 +275,15 @@ DYNAMICS = (  # (title, [(metrics key, legend)], scale) -- one panel each, every
     ("harness calls / episode by verb", [(f"harness/{v}_per_episode", v) for v in ("track", "commit", "recall",
                                                                                   "note")], 1.0),
     ("episode length (steps)", [("steps_per_episode", "")], 1.0),
-    ("Experience operations / cycle", [(f"experience/{op}", op) for op in ("add", "update", "archive", "skip")],
-     1.0),
+    ("Experience operations / cycle",  # the consolidator's own choices; the bank's redirections as their own series
+     [(f"experience/chosen/{op}", op) for op in ("add", "update", "archive", "skip")]
+     + [(f"experience/redirected/{kind}", f"redirected {kind.replace('_to_', '->')}")
+        for kind in ("add_to_update", "add_to_skip", "update_to_skip")], 1.0),
 )
+# Runs logged before operations were split into chosen / applied / redirected have one series per operation as
+# the bank applied it (redirections included); they are drawn under that name.
+LEGACY_SERIES = {f"experience/chosen/{op}": (f"experience/{op}", f"{op} (applied)")
+                 for op in ("add", "update", "archive", "skip")}
 THRESHOLDS = (0.3, 0.5)  # validation success rates for the updates-to-threshold table
 
 
@@ -377,6 +384,9 @@ def dynamics_figure(runs: list[dict]):
         for name, members in groups:
             for key, legend in keys:
                 band = _mean_band(members, key)
+                if not band and key in LEGACY_SERIES:
+                    key, legend = LEGACY_SERIES[key]
+                    band = _mean_band(members, key)
                 if not band:
                     continue
                 label = " ".join(x for x in (name if len(groups) > 1 else "", legend) if x) or name

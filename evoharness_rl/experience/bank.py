@@ -48,7 +48,7 @@ from evoharness_rl.experience.operations import (
     normalised,
     with_defaults,
 )
-from evoharness_rl.fileio import atomic_write_text
+from evoharness_rl.fileio import atomic_write_text, pid_lock
 from evoharness_rl.rollout.trajectory import Trajectory
 from evoharness_rl.errors import UserError
 
@@ -60,6 +60,10 @@ ID_PREFIX = {"general": "gen", "mistakes": "err", "search": "srch"}  # task:<fam
 
 class BankFormatError(UserError, ValueError):
     """A bank file that cannot be used as it is (the file is never modified)."""
+
+
+class BankConflict(UserError):
+    """Another process changed the bank file this bank was read from (the file is never overwritten)."""
 
 
 @dataclass
@@ -109,6 +113,7 @@ class ExperienceBank:
         self.statistics: dict[str, dict[str, int]] = {}  # additive evidence counters (heuristic consolidator)
         self.ops_history: list[dict[str, Any]] = []  # append-only: one record per consolidation
         self.path: Path | None = None  # the file it was loaded from / last saved to
+        self._disk_hash: str | None = None  # content hash of that file as this bank read or wrote it
 
     # -- reading -----------------------------------------------------------------------
 
@@ -137,7 +142,7 @@ class ExperienceBank:
         """A frozen, picklable read-only view for one rollout batch (`ExperienceReader`)."""
         from evoharness_rl.experience.retrieval import BankSnapshot
 
-        return BankSnapshot.from_entries(self.active(), self.content_hash())
+        return BankSnapshot.from_entries(self.active(), self.content_hash(), self.update_index)
 
     def content_hash(self) -> str:
         """sha256 of the canonical bank content (part of evaluation fingerprints)."""
@@ -190,6 +195,7 @@ class ExperienceBank:
             error = check_operation(op, entries, limits)
             if error:
                 result.rejected.append(f"{op.op} {op.id or op.category}: {error}")
+                result.outcomes.append(_outcome(op, "rejected", error=error))
                 continue
             self._apply_one(entries, next_seq, with_defaults(op), source, result)
         result.pruned = self._enforce_capacity(entries)
@@ -197,10 +203,14 @@ class ExperienceBank:
         return result
 
     def _apply_one(self, entries: "_CopyOnWrite", next_seq: dict, op: Operation, source: str, result: ApplyResult) -> None:
+        chosen = op
         if op.op == "add":
             op = _redirect_add(entries, op)
+            if op.op != "add":  # the bank, not the consolidator, decided this one
+                result.redirected[f"add_to_{op.op}"] += 1
         if op.op == "skip":
             result.counts["skip"] += 1
+            result.outcomes.append(_outcome(chosen, "skip", reason=op.reason))
             return
         record = {"update": self.update_index, "op": op.op, "source": source, "reason": op.reason}
         if op.op == "add":
@@ -213,6 +223,8 @@ class ExperienceBank:
                 record["before"] = {k: getattr(entry, k) for k, v in op.fields().items() if getattr(entry, k) != v}
                 if not record["before"]:
                     result.counts["skip"] += 1  # the "update" changes nothing: redundant evidence
+                    result.redirected[f"{chosen.op}_to_skip"] += 1
+                    result.outcomes.append(_outcome(chosen, "skip", entry.id, "changes nothing"))
                     return
                 for name, value in op.fields().items():
                     setattr(entry, name, value)
@@ -224,6 +236,7 @@ class ExperienceBank:
             entry.history.append(record)
         result.counts[op.op] += 1
         result.touched.append(entry.id)
+        result.outcomes.append(_outcome(chosen, op.op, entry.id))
 
     def _new_entry(self, next_seq: dict, op: Operation) -> Entry:
         prefix = "task" if op.category.startswith(TASK_PREFIX) else ID_PREFIX[op.category]
@@ -285,20 +298,39 @@ class ExperienceBank:
         }
 
     def save(self, path: str | os.PathLike | None = None) -> Path:
-        """Write atomically; the previous file (if it loads) is kept as `<file>.bak`."""
+        """Write atomically; the previous file (if it loads) is kept as `<file>.bak`.
+
+        Saving back to the file this bank was loaded from (or last saved to) refuses with
+        `BankConflict` when that file changed meanwhile: another process consolidated the
+        same bank, and overwriting would silently drop its cycle. A lock file beside the
+        bank (`<file>.lock`, the writer's pid) makes check and write one step.
+        """
         target = Path(path) if path is not None else self.path
         if target is None:
             raise ValueError("save() needs a path: this bank was neither loaded from nor saved to a file")
-        if target.exists():
-            old_text = target.read_text(encoding="utf-8")
-            try:
-                _parse(old_text, target)
-            except BankFormatError as err:
-                raise BankFormatError(f"refusing to overwrite {target}: {err}") from None
-            atomic_write_text(_backup_path(target), old_text)
-        atomic_write_text(target, json.dumps(self.to_dict(), indent=1, ensure_ascii=False) + "\n")
-        self.path = target
+        data = self.to_dict()
+        with pid_lock(target.with_name(target.name + ".lock"), lambda note: None, lambda pid: BankConflict(
+                f"{target} is being written by another process (pid {pid}); two runs are consolidating the same "
+                "bank: give each its own copy")):
+            if target.exists():
+                old_text = target.read_text(encoding="utf-8")
+                try:
+                    old = _parse(old_text, target)
+                except BankFormatError as err:
+                    raise BankFormatError(f"refusing to overwrite {target}: {err}") from None
+                if self._is_mine(target) and _stored_hash(old) != self._disk_hash:
+                    raise BankConflict(
+                        f"{target} was changed by another process since this bank was read (it now holds "
+                        f"{_stored_hash(old)[:19]}, not {str(self._disk_hash)[:19]}); two runs are consolidating the "
+                        "same bank: give each its own copy (the file was left as the other process wrote it)")
+                atomic_write_text(_backup_path(target), old_text)
+            atomic_write_text(target, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        self.path, self._disk_hash = target, data["content_hash"]
         return target
+
+    def _is_mine(self, target: Path) -> bool:
+        """`target` is the file this bank was read from or last written to."""
+        return self.path is not None and os.path.abspath(self.path) == os.path.abspath(target)
 
     @classmethod
     def load(cls, path: str | os.PathLike, capacity: int | None = None) -> "ExperienceBank":
@@ -306,10 +338,11 @@ class ExperienceBank:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"Experience bank {path} does not exist (leave experience.bank unset for an empty bank)")
-        bank = cls.from_dict(_parse(path.read_text(encoding="utf-8", errors="replace"), path))
+        data = _parse(path.read_text(encoding="utf-8", errors="replace"), path)
+        bank = cls.from_dict(data)
         if capacity is not None:
             bank.capacity = capacity
-        bank.path = path
+        bank.path, bank._disk_hash = path, _stored_hash(data)
         return bank
 
     @classmethod
@@ -349,6 +382,14 @@ def _hash(content: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+CONTENT_KEYS = ("capacity", "update_index", "next_seq", "entries", "statistics", "ops_history")
+
+
+def _stored_hash(data: dict[str, Any]) -> str:
+    """The content hash of a parsed bank file (computed when a hand edit removed the stored one)."""
+    return data.get("content_hash") or _hash({k: data[k] for k in CONTENT_KEYS})
+
+
 def _backup_path(path: Path) -> Path:
     return path.with_name(path.name + ".bak")
 
@@ -375,6 +416,14 @@ class _CopyOnWrite(dict):
     def __setitem__(self, entry_id: str, entry: Entry) -> None:
         super().__setitem__(entry_id, entry)
         self._copied.add(entry_id)  # a new entry belongs to this edit already
+
+
+def _outcome(op: Operation, result: str, entry_id: str = "", reason: str = "", error: str = "") -> dict[str, Any]:
+    """One operation as the cycle's history keeps it: what the consolidator chose (`op` and its fields, evidence
+    refs included) and what the bank did (`result`: add | update | archive | skip | rejected; `entry`)."""
+    record = {**op.to_dict(), "result": result, "entry": entry_id or op.id}
+    record.update({k: v for k, v in (("bank_reason", reason), ("error", error)) if v})
+    return {k: v for k, v in record.items() if v not in ("", [], None)}
 
 
 def _redirect_add(entries: dict[str, Entry], op: Operation) -> Operation:
@@ -416,7 +465,7 @@ def _parse(text: str, path: Path) -> dict[str, Any]:
     _check_structure(data, path)
     stored = data.get("content_hash")
     if stored is not None:
-        content = {k: data[k] for k in ("capacity", "update_index", "next_seq", "entries", "statistics", "ops_history")}
+        content = {k: data[k] for k in CONTENT_KEYS}
         if _hash(content) != stored:
             raise BankFormatError(
                 f"{path}: content hash mismatch (the file was corrupted or edited); "

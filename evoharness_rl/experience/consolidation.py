@@ -94,6 +94,11 @@ class Proposal:
     rejected: list[str] = field(default_factory=list)  # proposed operations that could not even be read
     warnings: list[str] = field(default_factory=list)  # tolerated problems (e.g. unknown evidence refs dropped)
     calls: int = 0  # LLM calls made
+    episodes_seen: int | None = None  # episodes the consolidator read (None: all of them, e.g. the heuristic)
+    prompt_chars: int = 0  # characters of the prompts sent
+    prompt_tokens: int = 0  # prompt tokens the endpoint reported (calls that reported them)
+    completion_tokens: int = 0  # completion tokens the endpoint reported
+    token_counted_calls: int = 0  # calls whose tokens were reported (a text-only callable reports none)
 
 
 class Consolidator(Protocol):
@@ -105,12 +110,12 @@ class Consolidator(Protocol):
 
 
 class NoConsolidation:
-    """`experience.consolidator=none`: the bank keeps its entries (usage is still counted)."""
+    """`experience.consolidator=none`: the bank keeps its entries (usage is still counted); no episode is read."""
 
     name = "none"
 
     def propose(self, bank: ExperienceBank, evidence: Evidence) -> Proposal:
-        return Proposal()
+        return Proposal(episodes_seen=0)
 
 
 # ------------------------------------------------------------------------------ report
@@ -118,9 +123,9 @@ class NoConsolidation:
 
 @dataclass
 class ConsolidationReport:
-    update_index: int  # the consolidation's update index
+    update_index: int  # the consolidation's update index (the bank's cycle number after it)
     source: str  # consolidator name
-    episodes: int  # episodes used as evidence
+    episodes: int  # episodes used as evidence (episodes_in_batch)
     errored_episodes: int  # episodes left out (infrastructure failures)
     families: list[str]  # task families in the batch
     ops: dict[str, int]  # applied operations by type (add / update / archive / skip)
@@ -133,23 +138,48 @@ class ConsolidationReport:
     composition: dict[str, int]  # active entries after the cycle: general / task / mistakes / search
     bank_hash: str  # content hash after the cycle
     wall_s: float  # seconds spent
+    chosen: dict[str, int] = field(default_factory=dict)  # operations the consolidator chose, by type (Fig. 5)
+    redirected: dict[str, int] = field(default_factory=dict)  # valid operations the bank turned into others
+    episodes_seen: int = 0  # episodes the consolidator read (== episodes for every consolidator but `none`)
+    prompt_chars: int = 0  # LLM consolidation: characters of the prompts sent
+    prompt_tokens: int = 0  # prompt tokens the endpoint reported
+    completion_tokens: int = 0  # completion tokens the endpoint reported
+    bank_before: str = ""  # content hash of the bank the batch was collected with (its trajectories' bank_version)
+    operations: list[dict[str, Any]] = field(default_factory=list)  # each operation: chosen, result, entry, evidence
 
     @property
     def failure_count(self) -> int:
         return len(self.failures) + len(self.rejected)
 
+    @property
+    def status(self) -> str:
+        """ok | partial (some stage or operation failed, others applied) | failed (problems and no edit applied)."""
+        if not self.failure_count:
+            return "ok"
+        edited = sum(n for op, n in self.ops.items() if op != "skip")
+        return "partial" if edited else "failed"
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "status": self.status}
 
     def metrics(self) -> dict[str, float]:
-        """Flat numbers for `RunLogger.metrics`."""
-        out = {f"experience/{op}": float(n) for op, n in self.ops.items()}
+        """Flat numbers for `RunLogger.metrics`: the consolidator's choices (`chosen/`), what the bank applied
+        (`applied/`) and what it redirected (`redirected/`) are separate series."""
+        out = {f"experience/chosen/{op}": float(self.chosen.get(op, 0)) for op in OPS}
+        out.update({f"experience/applied/{op}": float(n) for op, n in self.ops.items()})
+        out.update({f"experience/redirected/{kind}": float(n) for kind, n in self.redirected.items()})
         out.update({f"experience/active_{kind}": float(n) for kind, n in self.composition.items()})
         out.update({
+            "experience/episodes_in_batch": float(self.episodes),
+            "experience/episodes_seen": float(self.episodes_seen),
             "experience/pruned": float(self.pruned),
             "experience/failures": float(len(self.failures)),
             "experience/rejected_ops": float(len(self.rejected)),
+            "experience/failed": float(self.status == "failed"),
             "experience/llm_calls": float(self.llm_calls),
+            "experience/prompt_chars": float(self.prompt_chars),
+            "experience/prompt_tokens": float(self.prompt_tokens),
+            "experience/completion_tokens": float(self.completion_tokens),
             "experience/recalls": float(self.recalls),
             "experience/consolidation_s": self.wall_s,
         })
@@ -159,8 +189,22 @@ class ConsolidationReport:
         """The compact record kept in the bank's append-only `ops_history`."""
         return {
             "update": self.update_index, "source": self.source, "episodes": self.episodes,
-            "families": self.families, "ops": self.ops, "pruned": self.pruned,
-            "failures": self.failure_count, "composition": self.composition,
+            "families": self.families, "ops": self.ops, "chosen": self.chosen, "redirected": self.redirected,
+            "pruned": self.pruned, "failures": self.failure_count, "composition": self.composition,
+        }
+
+    def cycle_record(self, **context: Any) -> dict[str, Any]:
+        """The full record of the cycle for `history.jsonl` (see experience/history.py); `context`: e.g. the
+        GRPO update whose batch it read."""
+        return {
+            "cycle": self.update_index, **context, "status": self.status, "source": self.source,
+            "bank_before": self.bank_before, "bank_after": self.bank_hash,
+            "episodes_in_batch": self.episodes, "episodes_seen": self.episodes_seen,
+            "errored_episodes": self.errored_episodes, "families": self.families,
+            "chosen": self.chosen, "applied": self.ops, "redirected": self.redirected, "pruned": self.pruned,
+            "operations": self.operations, "failures": self.failures, "rejected": self.rejected,
+            "llm_calls": self.llm_calls, "prompt_chars": self.prompt_chars, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "wall_s": self.wall_s,
         }
 
 
@@ -182,6 +226,7 @@ def consolidate(
     u = bank.update_index + 1 if update_index is None else int(update_index)
     if u < 0 or (bank.ops_history and u <= bank.update_index):
         raise ValueError(f"update_index={u} is not after the bank's last consolidation ({bank.update_index})")
+    before = bank.content_hash()
     trajectories = list(trajectories)
     evidence = Evidence.from_trajectories(trajectories, u)
     bank.update_index = u
@@ -189,11 +234,16 @@ def consolidate(
     proposal = _propose(consolidator, bank, evidence)
     result = bank.apply(proposal.operations, consolidator.name, limits)
     bank.merge_statistics(proposal.statistics)
+    chosen = {op: sum(o.op == op for o in proposal.operations) for op in OPS}
+    seen = len(evidence.episodes) if proposal.episodes_seen is None else proposal.episodes_seen
     report = ConsolidationReport(
         update_index=u, source=consolidator.name, episodes=len(evidence.episodes), errored_episodes=evidence.errored,
         families=list(evidence.families), ops=result.counts, pruned=result.pruned, failures=proposal.failures,
         rejected=proposal.rejected + result.rejected, warnings=proposal.warnings, llm_calls=proposal.calls, recalls=recalls,
-        composition=bank.composition(), bank_hash="", wall_s=0.0,
+        composition=bank.composition(), bank_hash="", wall_s=0.0, chosen=chosen, redirected=result.redirected,
+        episodes_seen=seen, prompt_chars=proposal.prompt_chars, prompt_tokens=proposal.prompt_tokens,
+        completion_tokens=proposal.completion_tokens, bank_before=before,
+        operations=result.outcomes + [{"op": "?", "result": "rejected", "error": r} for r in proposal.rejected],
     )
     bank.ops_history.append(report.history_record())
     report.bank_hash = bank.content_hash()
@@ -209,12 +259,15 @@ def _propose(consolidator: Consolidator, bank: ExperienceBank, evidence: Evidenc
         return consolidator.propose(bank, evidence)
     except Exception as err:  # a consolidator bug or a dead backend must not take training down
         LOG.exception("consolidator %s failed", consolidator.name)
-        return Proposal(failures=[f"{consolidator.name} consolidator raised {type(err).__name__}: {err}"[:500]])
+        return Proposal(failures=[f"{consolidator.name} consolidator raised {type(err).__name__}: {err}"[:500]],
+                        episodes_seen=0)
 
 
 def _log(report: ConsolidationReport, log: Any) -> None:
     ops = ", ".join(f"{op} {report.ops.get(op, 0)}" for op in OPS)
-    line = (f"consolidation u={report.update_index} ({report.source}, {report.episodes} episodes): {ops}, "
+    redirected = ", ".join(f"{k} {n}" for k, n in report.redirected.items() if n) or "none"
+    line = (f"consolidation u={report.update_index} ({report.source}, {report.episodes_seen}/{report.episodes} episodes "
+            f"read) {report.status}: {ops} applied (redirected by the bank: {redirected}), "
             f"pruned {report.pruned}, failures {len(report.failures)}, rejected ops {len(report.rejected)}")
     problems = report.failures + report.rejected
     if log is not None:
@@ -251,7 +304,21 @@ def parse_last_json(text: Any) -> Any | None:
     return None
 
 
+def json_cut_off(text: str) -> bool:
+    """True when `text` ends inside a JSON value that began after the last complete one: the answer was
+    cut off (e.g. by max_new_tokens) before its final JSON closed."""
+    text = text[-MAX_PARSE_CHARS:]
+    stack, spans = _scan(text)
+    last_end = max((end for _, end in spans), default=0)
+    return any(start >= last_end for start in stack)
+
+
 def _balanced_spans(text: str) -> list[tuple[int, int]]:
+    return _scan(text)[1]
+
+
+def _scan(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """(positions of the brackets still open at the end, balanced spans)."""
     spans: list[tuple[int, int]] = []
     stack: list[int] = []
     in_string = escaped = False
@@ -273,7 +340,7 @@ def _balanced_spans(text: str) -> list[tuple[int, int]]:
                 spans.append((stack.pop(), i + 1))
             else:
                 stack.clear()  # a stray closer: whatever was open is not JSON
-    return spans
+    return stack, spans
 
 
 _WS = re.compile(r"\s+")

@@ -32,6 +32,7 @@ from evoharness_rl.experience.bank import ExperienceBank
 from evoharness_rl.experience.consolidation import Consolidator, ConsolidationReport, NoConsolidation, consolidate
 from evoharness_rl.experience.grounding import load_grounding
 from evoharness_rl.experience.heuristic import HeuristicConsolidator
+from evoharness_rl.experience.history import save_cycle
 from evoharness_rl.experience.llm import LLMConsolidator, openai_generate_text
 from evoharness_rl.experience.operations import OpLimits
 from evoharness_rl.experience.retrieval import BankSnapshot
@@ -143,7 +144,7 @@ class OnlineEvolution:
         report = consolidate(self.bank, batch, self.consolidator, limits=self.limits, log=self.log)
         self.reports.append(report)
         if self.save_path is not None:
-            self.bank.save(self.save_path)
+            save_cycle(self.bank, report, self.save_path)  # and history.jsonl beside it
         self._snapshot = self.bank.snapshot()
         return report
 

@@ -18,14 +18,29 @@ from typing import Any, Callable
 
 from evoharness_rl.experience import prompts
 from evoharness_rl.experience.bank import ExperienceBank
-from evoharness_rl.experience.consolidation import Evidence, Proposal, one_line, parse_last_json
+from evoharness_rl.experience.consolidation import Evidence, Proposal, json_cut_off, one_line, parse_last_json
 from evoharness_rl.experience.operations import OPS, TASK_PREFIX, Operation, task_category
 
-GenerateText = Callable[[list[dict[str, str]]], str]
+GenerateText = Callable[[list[dict[str, str]]], str]  # may return a `Reply` (a str that also says what it cost)
 MAX_CANDIDATES = 12  # candidates kept per kind and stage (a compact set; more is noise)
 MAX_OPERATIONS = 64  # operations read per response; the rest are rejected
 _KIND_KEYS = {"skills": ("skills", "skill"), "mistakes": ("mistakes", "mistake"),
               "search_priorities": ("search_priorities", "search", "search_priority")}
+
+
+class Reply(str):
+    """A response text with what the endpoint reported about it: prompt and completion tokens, and the
+    finish reason ("length": cut off by max_new_tokens). A plain str works as well (tokens then unknown)."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    finish_reason: str | None
+
+    def __new__(cls, text: str, prompt_tokens: int | None = None, completion_tokens: int | None = None,
+                finish_reason: str | None = None) -> "Reply":
+        reply = super().__new__(cls, text)
+        reply.prompt_tokens, reply.completion_tokens, reply.finish_reason = prompt_tokens, completion_tokens, finish_reason
+        return reply
 
 
 def generic_search_text(subject: str, ranked: list[str]) -> str:
@@ -58,6 +73,9 @@ class LLMConsolidator:
     def propose(self, bank: ExperienceBank, evidence: Evidence) -> Proposal:
         run = _Run(self, bank, evidence)
         run.fused() if self.fused else run.staged()
+        run.proposal.episodes_seen = len(run.view.seen)
+        run.proposal.warnings += [f"episode E{p + 1} alone is longer than experience.max_prompt_chars="
+                                  f"{self.max_prompt_chars}: it was sent whole in its own part" for p in run.view.oversized]
         return run.proposal
 
 
@@ -67,7 +85,7 @@ class _Run:
     def __init__(self, owner: LLMConsolidator, bank: ExperienceBank, evidence: Evidence):
         self.o, self.bank, self.evidence = owner, bank, evidence
         self.view = prompts.EvidenceView(evidence, owner.max_prompt_chars)
-        self.proposal = Proposal()
+        self.proposal = Proposal(episodes_seen=0)
         self.families = set(evidence.families)
         self.known_families = self.families | {e.family for e in bank.entries.values() if e.family}
         self.common = {"agent_description": owner.agent_description, "task_noun": owner.task_noun,
@@ -85,24 +103,34 @@ class _Run:
                 self._reconcile(family, candidates)
 
     def fused(self) -> None:
-        positions = list(range(len(self.evidence.episodes)))
-        existing = [e for e in self.bank.active() if e.family in ("", *self.families)]
-        user = prompts.FUSED.format(**self.common, **self._evidence_slots(positions),
-                                    task_type_list=", ".join(sorted(self.families)),
-                                    existing_store=prompts.render_existing(existing))
-        self._read_operations(self._call("fused consolidation", user), stage=None, candidates={})
+        chunks = self.view.chunks(self.view.mixed(list(range(len(self.evidence.episodes)))))
+        existing = prompts.render_existing([e for e in self.bank.active() if e.family in ("", *self.families)])
+        parts = []
+        for k, chunk in enumerate(chunks):
+            stage = "fused consolidation" + _part(k, len(chunks))
+            user = prompts.FUSED.format(**self.common, **self._evidence_slots(chunk, k, len(chunks)),
+                                        task_type_list=", ".join(sorted(self.families)), existing_store=existing)
+            parts.append(self._read_operations(self._call(stage, user), stage=None, candidates={}))
+        if len(chunks) == 1:
+            self.proposal.operations += parts[0]
+        elif any(parts):  # the final call reconciles what the parts proposed
+            user = prompts.FUSED_MERGE.format(**self.common, episodes=len(self.evidence.episodes), parts=len(chunks),
+                                              task_type_list=", ".join(sorted(self.families)), existing_store=existing,
+                                              proposals=prompts.render_proposals(parts, self.view))
+            self.proposal.operations += self._read_operations(self._call(f"reconciliation of {len(chunks)} parts", user),
+                                                              stage=None, candidates={})
 
     def _task_candidates(self, family: str) -> dict[str, list[dict]]:
         positions = [p for p, _ in self.evidence.of_family(family)]
-        user = prompts.TASK_ABSTRACTION.format(**self.common, **self._evidence_slots(positions), task_type=family)
-        value = self._call(f"task abstraction [{family}]", user)
-        return self._candidates(value, f"task abstraction [{family}]", ("skills", "mistakes", "search_priorities"))
+        return self._abstract(positions, f"task abstraction [{family}]", ("skills", "mistakes", "search_priorities"),
+                              lambda slots: prompts.TASK_ABSTRACTION.format(**self.common, **slots, task_type=family))
 
     def _general_candidates(self) -> dict[str, list[dict]]:
-        positions = list(range(len(self.evidence.episodes)))
-        user = prompts.GENERAL_ABSTRACTION.format(**self.common, **self._evidence_slots(positions),
-                                                  task_type_list=", ".join(sorted(self.families)))
-        found = self._candidates(self._call("general abstraction", user), "general abstraction", ("skills", "mistakes"))
+        positions = self.view.mixed(list(range(len(self.evidence.episodes))))
+        families = ", ".join(sorted(self.families))
+        found = self._abstract(positions, "general abstraction", ("skills", "mistakes"),
+                               lambda slots: prompts.GENERAL_ABSTRACTION.format(**self.common, **slots,
+                                                                                task_type_list=families))
         for kind, items in found.items():
             kept = []
             for c in items:
@@ -113,6 +141,19 @@ class _Run:
                     self.proposal.warnings.append(f"general candidate {c['id']} dropped: supported by {support or 'no'} task types (needs 2)")
             found[kind] = kept
         return found
+
+    def _abstract(self, positions: list[int], stage: str, kinds: tuple[str, ...],
+                  prompt: Callable[[dict[str, str]], str]) -> dict[str, list[dict]]:
+        """One abstraction call per chunk of `positions`; the chunks' candidates together (ids made unique)."""
+        chunks = self.view.chunks(positions)
+        merged: dict[str, list[dict]] = {}
+        for k, chunk in enumerate(chunks):
+            name = stage + _part(k, len(chunks))
+            found = self._candidates(self._call(name, prompt(self._evidence_slots(chunk, k, len(chunks)))), name, kinds,
+                                     prefix=f"p{k + 1}." if len(chunks) > 1 else "")
+            for kind, items in found.items():
+                merged.setdefault(kind, []).extend(items)
+        return merged
 
     def _reconcile(self, family: str | None, candidates: dict[str, list[dict]]) -> None:
         if family is None:
@@ -129,28 +170,43 @@ class _Run:
             candidate_mistakes=prompts.render_candidates(candidates.get("mistakes", [])),
             candidate_search_priorities=prompts.render_candidates(candidates.get("search_priorities", [])),
             existing_skills=prompts.render_existing(skills), existing_mistakes=prompts.render_existing(mistakes))
-        self._read_operations(self._call(f"reconciliation [{stage}]", user), family if family else "", candidates)
+        self.proposal.operations += self._read_operations(self._call(f"reconciliation [{stage}]", user),
+                                                          family if family else "", candidates)
 
     # -- calls and parsing ---------------------------------------------------------------
 
-    def _evidence_slots(self, positions: list[int]) -> dict[str, str]:
-        return {"success_data": self.view.episodes(positions, won=True),
+    def _evidence_slots(self, positions: list[int], part: int = 0, parts: int = 1) -> dict[str, str]:
+        note = ""
+        if parts > 1:
+            note = prompts.PART_NOTE.format(part=part + 1, parts=parts, shown=len(positions),
+                                            total=len(self.evidence.episodes))
+        return {"batch_part": note, "success_data": self.view.episodes(positions, won=True),
                 "failure_data": self.view.episodes(positions, won=False), "notes_text": self.view.notes(positions)}
 
     def _call(self, stage: str, user: str) -> Any | None:
-        self.proposal.calls += 1
+        p = self.proposal
+        p.calls += 1
+        p.prompt_chars += len(user)
         try:
             text = self.o.generate_text(prompts.messages(user))
         except Exception as err:  # the endpoint is down or refused: this stage contributes nothing
-            self.proposal.failures.append(f"{stage}: the consolidator call failed: {type(err).__name__}: {one_line(str(err), 200)}")
+            p.failures.append(f"{stage}: the consolidator call failed: {type(err).__name__}: {one_line(str(err), 200)}")
+            return None
+        if getattr(text, "prompt_tokens", None) is not None:
+            p.prompt_tokens += int(text.prompt_tokens)
+            p.completion_tokens += int(text.completion_tokens or 0)
+            p.token_counted_calls += 1
+        if getattr(text, "finish_reason", None) == "length" or (isinstance(text, str) and json_cut_off(text)):
+            p.failures.append(f"{stage}: the answer was cut off ({len(text)} chars) before its JSON ended; "
+                              "raise experience.max_new_tokens")
             return None
         value = parse_last_json(text)
         if value is None:
             head = one_line(text if isinstance(text, str) else repr(text), 80)
-            self.proposal.failures.append(f"{stage}: no JSON object in the response ({len(text or '')} chars: {head!r})")
+            p.failures.append(f"{stage}: no JSON object in the response ({len(text or '')} chars: {head!r})")
         return value
 
-    def _candidates(self, value: Any, stage: str, kinds: tuple[str, ...]) -> dict[str, list[dict]]:
+    def _candidates(self, value: Any, stage: str, kinds: tuple[str, ...], prefix: str = "") -> dict[str, list[dict]]:
         if value is None:
             return {}
         if not isinstance(value, dict) or not any(k in value for kind in kinds for k in _KIND_KEYS[kind]):
@@ -161,14 +217,15 @@ class _Run:
         for kind in kinds:
             raw = next((value[k] for k in _KIND_KEYS[kind] if k in value), [])
             items = [c for c in (raw if isinstance(raw, list) else []) if isinstance(c, dict)][:MAX_CANDIDATES]
-            out[kind] = [self._clean_candidate(c, f"{kind[0]}{i + 1}") for i, c in enumerate(items)]
+            out[kind] = [self._clean_candidate(c, f"{kind[0]}{i + 1}", prefix) for i, c in enumerate(items)]
             out[kind] = [c for c in out[kind] if c.get("principle") or c.get("object")]
         return out
 
-    def _clean_candidate(self, raw: dict, default_id: str) -> dict:
-        """Candidates go into the next prompt, so they are cut to size rather than rejected."""
+    def _clean_candidate(self, raw: dict, default_id: str, prefix: str = "") -> dict:
+        """Candidates go into the next prompt, so they are cut to size rather than rejected.
+        `prefix` keeps the ids of different chunks apart (p1.s1, p2.s1)."""
         limit = self.o.max_field_chars
-        clean: dict[str, Any] = {"id": one_line(str(raw.get("id") or default_id), 24)}
+        clean: dict[str, Any] = {"id": prefix + one_line(str(raw.get("id") or default_id), 24)}
         for key in ("principle", "trigger", "how_to_avoid", "object"):
             if isinstance(raw.get(key), str) and raw[key].strip():
                 clean[key] = one_line(raw[key], limit)
@@ -177,16 +234,18 @@ class _Run:
         clean["evidence"] = [label for label in _strings(raw.get("evidence"), 8, 16) if self.view.resolve(label)]
         return clean
 
-    def _read_operations(self, value: Any, stage: str | None, candidates: dict[str, list[dict]]) -> None:
-        """stage: None (fused), "" (global) or a family (local)."""
+    def _read_operations(self, value: Any, stage: str | None, candidates: dict[str, list[dict]]) -> list[Operation]:
+        """The operations a reconciliation (or fused) answer proposes. stage: None (fused), "" (global) or a family."""
         if value is None:
-            return
+            return []
         if isinstance(value, list):
             value = {"operations": value}
-        if not isinstance(value, dict) or not isinstance(value.get("operations", value.get("ops", [])), list):
-            self.proposal.failures.append(f"reconciliation: expected {{\"operations\": [...]}}, got {type(value).__name__}")
-            return
-        raw_ops = value.get("operations", value.get("ops", []))
+        raw_ops = value.get("operations", value.get("ops")) if isinstance(value, dict) else None
+        if not isinstance(raw_ops, list):
+            got = f"keys {sorted(value)[:6]}" if isinstance(value, dict) else type(value).__name__
+            self.proposal.failures.append(f"reconciliation: expected {{\"operations\": [...]}}, got {got}")
+            return []
+        ops: list[Operation] = []
         by_id = {c["id"]: c for items in candidates.values() for c in items}
         for i, raw in enumerate(raw_ops):
             if i >= MAX_OPERATIONS:
@@ -196,13 +255,14 @@ class _Run:
             if op is None:
                 self.proposal.rejected.append(f"operation {i}: {error}")
             else:
-                self.proposal.operations.append(op)
+                ops.append(op)
         searches = value.get("search_priorities", [])
         if stage != "" and isinstance(searches, list):
             for raw in searches[:MAX_CANDIDATES]:
                 op = self._search_operation(raw)
                 if op is not None:
-                    self.proposal.operations.append(op)
+                    ops.append(op)
+        return ops
 
     def _operation(self, raw: Any, stage: str | None, by_id: dict) -> tuple[Operation | None, str | None]:
         if not isinstance(raw, dict):
@@ -278,6 +338,10 @@ class _Run:
         return refs
 
 
+def _part(k: int, parts: int) -> str:
+    return f" part {k + 1}/{parts}" if parts > 1 else ""
+
+
 def _strings(value: Any, most: int, chars: int) -> list[str]:
     """A list of short strings from whatever the model wrote (a string becomes a one-item list)."""
     if isinstance(value, str):
@@ -312,6 +376,8 @@ def openai_generate_text(
 
     def generate_text(messages: list[dict[str, str]]) -> str:
         response = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=temperature)
-        return response.choices[0].message.content or ""
+        usage = getattr(response, "usage", None)
+        return Reply(response.choices[0].message.content or "", getattr(usage, "prompt_tokens", None),
+                     getattr(usage, "completion_tokens", None), response.choices[0].finish_reason)
 
     return generate_text

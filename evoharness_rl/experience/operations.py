@@ -18,6 +18,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 OPS = ("add", "update", "archive", "skip")
+# What the bank turns a valid operation into, apart from the consolidator's choice: an add keyed like an active
+# entry becomes its update, an add repeating an entry's text a skip, an update that changes nothing a skip.
+REDIRECTIONS = ("add_to_update", "add_to_skip", "update_to_skip")
 TEXT_FIELDS = ("principle", "trigger", "how_to_avoid", "subject")
 FIXED_CATEGORIES = ("general", "mistakes", "search")
 TASK_PREFIX = "task:"
@@ -159,6 +162,8 @@ class ApplyResult:
     """What `ExperienceBank.apply` did."""
 
     counts: dict[str, int] = field(default_factory=lambda: {name: 0 for name in OPS})  # applied ops by type
+    redirected: dict[str, int] = field(default_factory=lambda: {name: 0 for name in REDIRECTIONS})  # the bank's own changes
     pruned: int = 0  # entries archived by the capacity limit
     rejected: list[str] = field(default_factory=list)  # one line per operation refused, with the reason
     touched: list[str] = field(default_factory=list)  # ids added / updated / archived, in order
+    outcomes: list[dict[str, Any]] = field(default_factory=list)  # one per operation given: chosen, applied as, entry

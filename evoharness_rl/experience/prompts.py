@@ -9,6 +9,11 @@ or one fused call that abstracts and reconciles at once (`experience.fused=true`
 Every template ends with the exact JSON shape expected, since the parser only reads the
 last JSON value of the response. Episodes are cited as E1, E2, ... and notes as N1, N2, ...
 in the batch's canonical order; the consolidator maps them back to stable references.
+
+Every episode of the batch is read: each is rendered whole (`render_episode`), and a batch
+longer than `experience.max_prompt_chars` is read in parts (`EvidenceView.chunks`), one call
+per part, whose proposals a final call reconciles (the staged pipeline's reconciliation
+calls; `FUSED_MERGE` for the fused one).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ SYSTEM = (
 )
 
 # The evidence block every abstraction prompt shows (paper Appendix L.2).
-EVIDENCE = """SUCCESSFUL EPISODES:
+EVIDENCE = """{batch_part}SUCCESSFUL EPISODES:
 {success_data}
 
 FAILED EPISODES:
@@ -98,6 +103,17 @@ LOCAL_RULES = (
     "EXISTING. Put supported search priorities under search_priorities."
 )
 
+# The answer both fused calls (one batch, or the final reconciliation of its parts) end with.
+FUSED_FORMAT = """FINAL JSON FORMAT (every text field at most {max_field_chars} characters):
+{{"operations": [
+  {{"op": "add", "category": "general", "principle": "...", "trigger": "...", "task_types": ["...", "..."], "evidence": ["E1", "E3"]}},
+  {{"op": "add", "category": "task", "family": "<one of the {task_noun}s above>", "principle": "...", "trigger": "...", "evidence": ["E2"]}},
+  {{"op": "add", "category": "mistakes", "family": "<a {task_noun}, or empty for all>", "principle": "...", "how_to_avoid": "...", "task_types": [], "evidence": ["N1"]}},
+  {{"op": "update", "id": "<existing id>", "principle": "...", "evidence": ["E2"]}},
+  {{"op": "archive", "id": "<existing id>", "reason": "..."}},
+  {{"op": "skip", "reason": "..."}}],
+ "search_priorities": [{{"object": "...", "locations": ["most likely", "next"], "evidence": ["E1"]}}]}}"""
+
 FUSED = """You are the experience evolver for {agent_description}. You are given the episodes of the latest rollout batch (several {task_noun}s) and the frozen experience store. Abstract reusable Experience from this evidence and fold it into the store as incremental edits: task-specific skills and mistakes for each {task_noun}, general skills and mistakes supported by at least two {task_noun}s, and search priorities.
 
 {task_label}S PRESENT IN THIS BATCH: {task_type_list}
@@ -108,25 +124,43 @@ EXISTING STORE:
 
 Each candidate maps to one of Add, Update, Archive, or Skip. Skip represents a redundant candidate, Update a refinement or correction, Archive an entry that is misleading beyond repair, and Add genuinely new Experience. Update and archive operations reference existing IDs; evidence references come from the provided inputs, and fields are short. General entries (category "general", or "mistakes" without a family) name at least two supporting task_types.
 
-FINAL JSON FORMAT (every text field at most {max_field_chars} characters):
-{{"operations": [
-  {{"op": "add", "category": "general", "principle": "...", "trigger": "...", "task_types": ["...", "..."], "evidence": ["E1", "E3"]}},
-  {{"op": "add", "category": "task", "family": "<one of the {task_noun}s above>", "principle": "...", "trigger": "...", "evidence": ["E2"]}},
-  {{"op": "add", "category": "mistakes", "family": "<a {task_noun}, or empty for all>", "principle": "...", "how_to_avoid": "...", "task_types": [], "evidence": ["N1"]}},
-  {{"op": "update", "id": "<existing id>", "principle": "...", "evidence": ["E2"]}},
-  {{"op": "archive", "id": "<existing id>", "reason": "..."}},
-  {{"op": "skip", "reason": "..."}}],
- "search_priorities": [{{"object": "...", "locations": ["most likely", "next"], "evidence": ["E1"]}}]}}"""
+""" + FUSED_FORMAT
 
-ACTION_CHARS = 80  # one action in an episode rendering
-RESULT_CHARS = 120  # one observation / harness result
-EPISODE_CHARS = 1_500  # one whole episode
+PART_NOTE = ("BATCH PART {part} OF {parts}: the batch is longer than one prompt, so its episodes are read in {parts} "
+             "parts; this part shows {shown} of its {total} episodes, each complete. Cite episodes by their E# labels.\n\n")
+
+FUSED_MERGE = """You are the experience evolver for {agent_description}. The latest rollout batch ({episodes} episodes, {task_noun}s: {task_type_list}) was longer than one prompt, so it was read in {parts} parts; each part proposed edits to the frozen experience store from its own episodes. Reconcile the parts into one set of incremental edits: merge proposals that say the same thing into one (keeping their evidence), prefer what more episodes support when parts disagree, and drop edits that only one episode supports if another part contradicts them.
+
+PROPOSED EDITS (part: operation):
+{proposals}
+
+EXISTING STORE:
+{existing_store}
+
+Each kept proposal maps to one of Add, Update, Archive, or Skip. Update and archive operations reference existing IDs; evidence references are the E#/N# labels of the proposals; fields are short. General entries (category "general", or "mistakes" without a family) name at least two supporting task_types.
+
+""" + FUSED_FORMAT
+
+ACTION_CHARS = 120  # one action in an episode rendering (longer ones are cut with a marker)
+RESULT_CHARS = 160  # one observation / harness result (longer ones are cut with a marker)
 NOTE_CHARS = 300  # one note
+
+
+def cut(text: str, limit: int) -> str:
+    """`text` on one line; beyond `limit` characters cut with a marker saying how much was left out."""
+    text = one_line(text, 10**9)
+    return text if len(text) <= limit else f"{text[:limit]} [...{len(text) - limit} chars cut]"
 
 
 @dataclass
 class EvidenceView:
-    """Episode and note labels (E#, N#) for one batch, and bounded text renderings."""
+    """Episode and note labels (E#, N#) for one batch, complete renderings, and chunks that fit a prompt.
+
+    Every episode is rendered whole: each action with its outcome (long observations cut per
+    step with a marker; runs of identical steps folded into one line with a count) and always
+    the episode's end. A batch whose renderings exceed `budget_chars` is split into chunks
+    (`chunks`), each read by its own call; `seen` records every episode shown in a prompt.
+    """
 
     evidence: Evidence
     budget_chars: int = 24_000  # episodes + notes text per prompt
@@ -140,49 +174,86 @@ class EvidenceView:
                 label = f"N{len(self.note_labels) + 1}"
                 self.note_labels[(position, k)] = label
                 self.labels[label] = self.evidence.note_ref(position, k)
+        self.label_of = {ref: label for label, ref in self.labels.items()}
+        self._rendered: dict[int, str] = {}
+        self.seen: set[int] = set()  # positions of the episodes some prompt has shown
+        self.oversized: list[int] = []  # episodes whose rendering alone exceeds the budget (each its own chunk)
 
     def resolve(self, label: str) -> str | None:
         """Stable reference for an E#/N# label, or None if the prompt never showed it."""
         return self.labels.get(label.strip().upper()) if isinstance(label, str) else None
 
+    # -- chunks ------------------------------------------------------------------------------
+
+    def size(self, position: int) -> int:
+        """Characters episode `position` takes in a prompt (its rendering and its notes)."""
+        return len(self.render_episode(position)) + sum(len(n) + 1 for n in self._note_lines(position))
+
+    def chunks(self, positions: list[int]) -> list[list[int]]:
+        """`positions` in consecutive groups whose text fits `budget_chars` (an episode never splits)."""
+        out: list[list[int]] = [[]]
+        used = 0
+        for p in positions:
+            size = self.size(p)
+            if size > self.budget_chars and p not in self.oversized:
+                self.oversized.append(p)
+            if out[-1] and used + size > self.budget_chars:
+                out.append([])
+                used = 0
+            out[-1].append(p)
+            used += size + 1
+        return [c for c in out if c]
+
+    def mixed(self, positions: list[int]) -> list[int]:
+        """`positions` reordered round-robin over task families, so that every chunk mixes families."""
+        by_family: dict[str, list[int]] = {}
+        for p in positions:
+            by_family.setdefault(self.evidence.episodes[p].family, []).append(p)
+        queues = [by_family[f] for f in sorted(by_family)]
+        return [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+
+    # -- rendering -----------------------------------------------------------------------------
+
     def episodes(self, positions: list[int], won: bool) -> str:
         chosen = [p for p in positions if self.evidence.episodes[p].won == won]
-        return _fit([self.render_episode(p) for p in chosen], self.budget_chars // 3, "episodes")
+        self.seen.update(chosen)
+        return "\n".join(self.render_episode(p) for p in chosen) or "(none)"
 
     def notes(self, positions: list[int]) -> str:
-        lines = []
-        for p in positions:
-            traj = self.evidence.episodes[p]
-            outcome = "SUCCESS" if traj.won else "FAILURE"
-            for k, note in enumerate(traj.notes):
-                lines.append(f"[{self.note_labels[(p, k)]}] (E{p + 1}, {outcome}) {one_line(note, NOTE_CHARS)}")
-        return _fit(lines, self.budget_chars // 3, "notes")
+        return "\n".join(line for p in positions for line in self._note_lines(p)) or "(none)"
+
+    def _note_lines(self, position: int) -> list[str]:
+        traj = self.evidence.episodes[position]
+        outcome = "SUCCESS" if traj.won else "FAILURE"
+        return [f"[{self.note_labels[(position, k)]}] (E{position + 1}, {outcome}) {cut(note, NOTE_CHARS)}"
+                for k, note in enumerate(traj.notes)]
 
     def render_episode(self, position: int) -> str:
-        traj: Trajectory = self.evidence.episodes[position]
-        outcome = "SUCCESS" if traj.won else ("OUT OF STEPS" if traj.truncated else "FAILURE")
-        score = f", score {traj.score:.2f}" if 0.0 < traj.score < 1.0 else ""
-        head = (f"[E{position + 1}] {traj.family} | {outcome}{score} in {traj.steps} steps (invalid {traj.invalid_count}, "
-                f"repeats {traj.repeat_count}) | recalled: {', '.join(sorted(set(traj.recalled_ids))) or 'none'}")
-        lines = [head, f"objective: {one_line(traj.objective, 300)}"]
-        for turn in traj.turns:
-            action = f"{turn.verb} [{turn.action}]" if turn.verb else (turn.action or "<no action>")
-            result = turn.invalid_reason if turn.action_kind == "invalid" else turn.observation
-            lines.append(f"{turn.index + 1}. {one_line(action, ACTION_CHARS)} -> {one_line(result or '', RESULT_CHARS)}")
-        text = "\n".join(lines)
-        return text if len(text) <= EPISODE_CHARS else text[: EPISODE_CHARS - 20] + "\n... (cut)"
+        if position not in self._rendered:
+            self._rendered[position] = render_episode(self.evidence.episodes[position], f"E{position + 1}")
+        return self._rendered[position]
 
 
-def _fit(blocks: list[str], budget: int, what: str) -> str:
-    """As many blocks as fit in `budget` characters, in order, then a count of the rest."""
-    out, used = [], 0
-    for i, block in enumerate(blocks):
-        if used + len(block) > budget and out:
-            out.append(f"... ({len(blocks) - i} more {what} not shown)")
-            break
-        out.append(block)
-        used += len(block) + 1
-    return "\n".join(out) if out else "(none)"
+def render_episode(traj: Trajectory, label: str) -> str:
+    """One episode, complete and compact: header, objective, every step, the end."""
+    outcome = "SUCCESS" if traj.won else ("OUT OF STEPS" if traj.truncated else "FAILURE")
+    score = f", score {traj.score:.2f}" if 0.0 < traj.score < 1.0 else ""
+    head = (f"[{label}] {traj.family} | {outcome}{score} in {traj.steps} steps (invalid {traj.invalid_count}, "
+            f"repeats {traj.repeat_count}) | recalled: {', '.join(sorted(set(traj.recalled_ids))) or 'none'}")
+    lines = [head, f"objective: {cut(traj.objective, 300)}"]
+    steps: list[tuple[str, int, int]] = []  # (text, first turn, last turn): identical consecutive steps folded
+    for turn in traj.turns:
+        action = f"{turn.verb} [{turn.action}]" if turn.verb else (turn.action or "<no action>")
+        result = turn.invalid_reason if turn.action_kind == "invalid" else turn.observation
+        text = f"{cut(action, ACTION_CHARS)} -> {cut(result or '', RESULT_CHARS)}"
+        if steps and steps[-1][0] == text:
+            steps[-1] = (text, steps[-1][1], turn.index + 1)
+        else:
+            steps.append((text, turn.index + 1, turn.index + 1))
+    for text, first, last in steps:
+        lines.append(f"{first}. {text}" if first == last else f"{first}-{last}. {text} (the same {last - first + 1} times)")
+    lines.append(f"end: {outcome} after {traj.steps} steps")
+    return "\n".join(lines)
 
 
 def render_candidates(candidates: list[dict]) -> str:
@@ -201,6 +272,24 @@ def render_candidates(candidates: list[dict]) -> str:
             parts.append("evidence: " + ", ".join(c["evidence"]))
         lines.append(" | ".join(parts))
     return "\n".join(lines)
+
+
+def render_proposals(parts: list[list], view: EvidenceView) -> str:
+    """The operations each part proposed, one line each, evidence as the prompt's labels."""
+    lines = []
+    for k, ops in enumerate(parts):
+        for op in ops:
+            fields = [f"{name}: {value}" for name, value in op.fields().items() if value]
+            scope = " ".join(x for x in (op.id, op.category, op.family and f"family {op.family}") if x)
+            if op.task_types:
+                fields.append("task_types: " + ", ".join(op.task_types))
+            labels = [view.label_of.get(ref, ref) for ref in op.evidence]
+            if labels:
+                fields.append("evidence: " + ", ".join(labels))
+            if op.reason:
+                fields.append(f"reason: {op.reason}")
+            lines.append(f"part {k + 1}: {op.op} {scope}".rstrip() + (" | " + " | ".join(fields) if fields else ""))
+    return "\n".join(lines) or "(none)"
 
 
 def render_existing(entries: list) -> str:

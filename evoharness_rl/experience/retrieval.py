@@ -115,16 +115,17 @@ class SnapshotEntry:
 class BankSnapshot:
     """A frozen, read-only view of the active bank for one rollout batch (an `ExperienceReader`)."""
 
-    def __init__(self, entries: Iterable[SnapshotEntry], content_hash: str):
+    def __init__(self, entries: Iterable[SnapshotEntry], content_hash: str, cycle: int = 0):
         object.__setattr__(self, "_frozen", False)
         self.entries: tuple[SnapshotEntry, ...] = tuple(entries)
-        self.content_hash = content_hash  # hash of the bank this snapshot was taken from
+        self.content_hash = content_hash  # hash of the bank this snapshot was taken from (trajectories' bank_version)
+        self.cycle = cycle  # consolidation cycles that bank had been through (trajectories' bank_cycle)
         self._build()
         object.__setattr__(self, "_frozen", True)
 
     @classmethod
-    def from_entries(cls, entries: Iterable[Any], content_hash: str) -> "BankSnapshot":
-        return cls((SnapshotEntry.of(e) for e in entries), content_hash)
+    def from_entries(cls, entries: Iterable[Any], content_hash: str, cycle: int = 0) -> "BankSnapshot":
+        return cls((SnapshotEntry.of(e) for e in entries), content_hash, cycle)
 
     def _build(self) -> None:
         self._is_search = np.array([e.category == "search" for e in self.entries], dtype=bool)
@@ -142,11 +143,11 @@ class BankSnapshot:
         object.__setattr__(self, name, value)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"entries": self.entries, "content_hash": self.content_hash}
+        return {"entries": self.entries, "content_hash": self.content_hash, "cycle": self.cycle}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         object.__setattr__(self, "_frozen", False)
-        self.entries, self.content_hash = state["entries"], state["content_hash"]
+        self.entries, self.content_hash, self.cycle = state["entries"], state["content_hash"], state.get("cycle", 0)
         self._build()
         object.__setattr__(self, "_frozen", True)
 

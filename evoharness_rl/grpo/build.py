@@ -88,6 +88,10 @@ def setup(cfg, env_factory=None) -> Run:
     run.engine = _engine(cfg, run, env_factory)
     run.base_sampling = run.engine.sampling
     run.bank = _load_bank(cfg, resume_from)
+    if run.bank is not None and resume_from is None and acc.is_main_process:
+        from evoharness_rl.experience.history import HISTORY_FILE, start_history
+
+        start_history(out_dir / HISTORY_FILE, cfg.experience.bank)  # the starting bank's cycles, then this run's
     run.consolidator = _consolidator(cfg, run, env_name)
     log.info(f"policy {cfg.model.path}: {_count(model, trainable=True):,} trainable of {_count(model):,} parameters"
              f"{' (LoRA)' if cfg.grpo.lora else ''}; {len(train_tasks)} train tasks; reference: "
@@ -274,22 +278,10 @@ def _consolidator(cfg, run: Run, env_name: str):
         return NoConsolidation()
     from evoharness_rl.experience import make_consolidator
 
-    return make_consolidator(cfg.experience, env_name, functools.partial(_policy_generate, run))
+    from evoharness_rl.eval.evaluate import policy_generate_text
 
-
-def _policy_generate(run: Run, messages: list[dict]) -> str:
-    """Self-consolidation: the current policy answers a consolidation prompt (greedy) through the rollout backend."""
-    from evoharness_rl.engines.base import GenerationRequest
-    from evoharness_rl.engines.tokens import encode_prompt
-
-    request = GenerationRequest(messages=list(messages))
-    if run.engine.backend.uses_tokens:
-        request.prompt_ids = encode_prompt(run.tokenizer, request.messages)
-    sampling = replace(run.base_sampling, temperature=0.0, max_new_tokens=run.cfg.experience.max_new_tokens)
-    (completion,) = run.engine.backend.generate([request], sampling)
-    if completion.error:
-        raise RuntimeError(f"self-consolidation generation failed: {completion.error}")
-    return completion.text
+    return make_consolidator(cfg.experience, env_name,
+                             functools.partial(policy_generate_text, run.engine, cfg.experience.max_new_tokens))
 
 
 def _count(model, trainable: bool = False) -> int:

@@ -5,13 +5,15 @@
         optimizer.bin, scheduler.bin, random_states_<rank>.pkl    accelerate's save_state (FSDP/DeepSpeed aware)
         trainer_state.json   update index u (so lambda_div continues), sampler position, bad-update count
         bank.json            the Experience bank after update u's consolidation
+        history.jsonl        out_dir/history.jsonl (the bank's consolidation cycles) as it was at this update
         metrics.jsonl        out_dir/metrics.jsonl as it was at this update
 
 A checkpoint is written to a hidden temporary folder and renamed into place
 (`fileio.atomic_replace_dir`), so a crash mid-write leaves the previous checkpoint
 intact. `resume=true` continues from the newest complete one: the policy is loaded
 from its `model/`, accelerate restores optimizer, scheduler and RNG states, and
-metrics.jsonl is rolled back to the checkpoint (lines of the interrupted update go).
+metrics.jsonl and history.jsonl are rolled back to the checkpoint (lines of the interrupted
+update go).
 
 Without FSDP/DeepSpeed, accelerate's own copy of the weights is skipped (the HF
 `model/` folder is the single copy); with them, accelerate also writes its sharded format.
@@ -30,6 +32,7 @@ from evoharness_rl.errors import Refusal
 from evoharness_rl.fileio import atomic_replace_dir, atomic_write_json, atomic_write_text
 
 CHECKPOINTS = "checkpoints"
+RUN_LOGS = ("metrics.jsonl", "history.jsonl")  # out_dir's append-only logs: copied into a checkpoint, rolled back from it
 _NAME = re.compile(r"^update_(\d{6})$")
 
 
@@ -98,15 +101,20 @@ def save_checkpoint(accelerator, out_dir: str | Path, state: TrainerState, model
         tokenizer.save_pretrained(tmp / "model")
         if bank is not None:
             bank.save(tmp / "bank.json")
-        metrics = Path(out_dir) / "metrics.jsonl"
-        if metrics.exists():
-            shutil.copyfile(metrics, tmp / "metrics.jsonl")
+        copy_run_logs(out_dir, tmp)
         atomic_write_json(tmp / "trainer_state.json", asdict(state))  # written last: marks the folder complete
         atomic_replace_dir(tmp, final)
         for old in list_checkpoints(out_dir)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+def copy_run_logs(out_dir: str | Path, folder: Path, names: tuple[str, ...] = None) -> None:
+    """Copy the run's append-only logs (RUN_LOGS, or `names`) that exist into `folder`."""
+    for name in names or RUN_LOGS:
+        if (Path(out_dir) / name).exists():
+            shutil.copyfile(Path(out_dir) / name, folder / name)
 
 
 def read_trainer_state(path: str | Path) -> TrainerState:
@@ -120,9 +128,10 @@ def restore_checkpoint(accelerator, path: str | Path, out_dir: str | Path) -> Tr
     path = Path(path)
     accelerator.load_state(str(path))
     if accelerator.is_main_process:
-        saved = path / "metrics.jsonl"
-        text = saved.read_text(encoding="utf-8") if saved.exists() else ""
-        atomic_write_text(Path(out_dir) / "metrics.jsonl", text)
+        for name in RUN_LOGS:
+            saved, live = path / name, Path(out_dir) / name
+            if saved.exists() or live.exists():
+                atomic_write_text(live, saved.read_text(encoding="utf-8") if saved.exists() else "")
     accelerator.wait_for_everyone()
     return read_trainer_state(path)
 

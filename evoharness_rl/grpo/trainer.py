@@ -157,7 +157,7 @@ def rollout(run: Run, tasks: list[tuple[int, str]], u: int, snapshot) -> list:
     jobs = [EpisodeJob(task, seed=derive_seed(cfg.seed, u, group), group=group, sample=k)
             for group, task in tasks for k in range(cfg.grpo.group_size)]
     settings = episode_settings(cfg, train=True, max_steps=train_horizon(cfg, u))
-    return run.engine.run(jobs, settings, experience=snapshot, update_index=u)
+    return [t.played_with(snapshot) for t in run.engine.run(jobs, settings, experience=snapshot, update_index=u)]
 
 
 # ------------------------------------------------------------------ rewards, advantages
@@ -381,6 +381,9 @@ def consolidate(run: Run, trajs: list) -> dict:
         # the bank counts its own consolidation cycles (it may arrive from collect with some already done)
         report = consolidate_batch(run.bank, everything, run.consolidator, update_index=run.bank.update_index + 1)
         metrics = report.metrics()
+        from evoharness_rl.experience.history import HISTORY_FILE, append_cycle
+
+        append_cycle(run.out_dir / HISTORY_FILE, report.cycle_record(update=run.state.update))
     if run.accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
@@ -458,23 +461,30 @@ def validate(run: Run, u: int) -> dict:
 
 
 TRAJECTORY_DIR = "trajectories"
+TABLE_ROWS = 8  # kept episodes per update shown in the wandb table
 
 
 def keep_trajectories(run: Run, u: int, scored: Scored) -> None:
-    """grpo.keep_trajectories of this update's episodes (spread over the batch, so over tasks), without token ids,
-    with their rewards, advantage and update: out_dir/trajectories/update_NNNNNN/*.json (main process) and a wandb
-    table when logger=wandb."""
-    k = min(run.cfg.grpo.keep_trajectories, len(scored.trajectories))
-    if k <= 0 or not run.accelerator.is_main_process:
+    """Keep this update's episodes in eval's record format (`Trajectory.to_dict`, bank_version included), without
+    token ids, plus their update, advantage and index in the batch: out_dir/trajectories/update_NNNNNN/<index>.json,
+    each process its own. grpo.keep_trajectories: null keeps every episode, N a sample of N per process spread over
+    the batch (so over tasks), 0 none. A few of them also go to a wandb table when logger=wandb."""
+    n, keep = len(scored.trajectories), run.cfg.grpo.keep_trajectories
+    k = n if keep is None else min(keep, n)
+    if k <= 0:
         return
     from evoharness_rl.fileio import atomic_write_json
 
     folder = run.out_dir / TRAJECTORY_DIR / f"update_{u:06d}"
+    offset = run.accelerator.process_index * run.plan.prompts_per_process * run.cfg.grpo.group_size
+    chosen = sorted({j * n // k for j in range(k)})
+    for i in chosen:
+        record = {**_lean(scored.trajectories[i]).to_dict(), "update": u, "advantage": scored.advantages[i],
+                  "sample": offset + i}
+        atomic_write_json(folder / f"{offset + i:05d}.json", record, indent=None)
     rows = []
-    for i in sorted({j * len(scored.trajectories) // k for j in range(k)}):
+    for i in chosen[:: max(1, -(-len(chosen) // TABLE_ROWS))]:
         traj = scored.trajectories[i]
-        record = {**_lean(traj).to_dict(), "update": u, "advantage": scored.advantages[i], "sample": i}
-        atomic_write_json(folder / f"{i:04d}.json", record, indent=None)
         rows.append([u, traj.task_id, traj.family, bool(traj.won), traj.steps, sum(traj.harness_calls.values()),
                      traj.invalid_count, traj.rewards.get("total"), scored.advantages[i], _transcript(traj)])
     run.log.table("trajectories", ["update", "task", "family", "won", "steps", "harness_calls", "invalid",
@@ -514,6 +524,7 @@ def finish(run: Run) -> Path:
         run.tokenizer.save_pretrained(tmp)
         if run.bank is not None:
             run.bank.save(tmp / "bank.json")
+            ckpt.copy_run_logs(run.out_dir, tmp, ("history.jsonl",))
         (tmp / "grpo_state.json").write_text(json.dumps({"updates": run.state.update, "seed": run.cfg.seed}) + "\n")
         atomic_replace_dir(tmp, final)
         run.log.info(f"final policy: {final}")

@@ -83,6 +83,8 @@ class Trajectory:
     sequence_logprobs: list[float] = field(default_factory=list)  # accumulated: logprob per id (0 where mask 0)
     loss_mask: list[int] = field(default_factory=list)  # accumulated: 1 on generated tokens
     fingerprint: str = ""  # identity of (model, bank, config) that produced it (eval resume)
+    bank_version: str = ""  # content hash of the Experience bank it was played with ("": no bank)
+    bank_cycle: int = 0  # consolidation cycles that bank had been through
     wall_s: float = 0.0
 
     @property
@@ -95,6 +97,12 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def played_with(self, snapshot: Any) -> "Trajectory":
+        """Record which bank the episode read (a `BankSnapshot`, or None for no bank); returns self."""
+        self.bank_version = getattr(snapshot, "content_hash", "") or ""
+        self.bank_cycle = int(getattr(snapshot, "cycle", 0) or 0)
+        return self
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Trajectory":

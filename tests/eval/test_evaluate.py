@@ -131,6 +131,16 @@ def test_online_evolution_consolidates_per_window_and_resumes(tmp_path):
     banks = sorted((tmp_path / "ref" / "experience").glob("bank_window*.json"))
     assert len(banks) == 5  # 18 episodes in windows of 4
     assert reference["experience"]["evolve"] == "online"
+    from evoharness_rl.experience import ExperienceBank
+    from evoharness_rl.experience.history import read_history
+
+    versions = [ExperienceBank().content_hash()] + [json.loads(b.read_text())["content_hash"] for b in banks]
+    played = {(r["bank_cycle"], r["bank_version"]) for r in _records(tmp_path / "ref")}
+    assert played == {(k, versions[k]) for k in range(5)}  # window k read the bank after k consolidations
+    cycles = read_history(tmp_path / "ref" / "history.jsonl")
+    assert [c["cycle"] for c in cycles] == [1, 2, 3, 4, 5]
+    assert [c["bank_after"] for c in cycles] == versions[1:] and [c["bank_before"] for c in cycles] == versions[:-1]
+    assert all(c["episodes_seen"] == c["episodes_in_batch"] > 0 for c in cycles)
     # interrupt "after window 2": later records and banks are gone
     out = tmp_path / "resumed"
     import shutil
@@ -141,6 +151,8 @@ def test_online_evolution_consolidates_per_window_and_resumes(tmp_path):
     assert len(order) == 18
     for bank in banks[2:]:
         (out / "experience" / bank.name).unlink()
+    history = (out / "history.jsonl").read_text().splitlines(keepends=True)
+    (out / "history.jsonl").write_text("".join(history[:2]))  # a window's line follows its saved bank
     late = [p for p in records if json.loads(p.read_text())["task_id"] in {"clean/3", "heat/3", "pick/3"}]
     for p in late:
         p.unlink()
@@ -151,6 +163,7 @@ def test_online_evolution_consolidates_per_window_and_resumes(tmp_path):
     for bank in banks:
         resumed_bank = json.loads((out / "experience" / bank.name).read_text())
         assert resumed_bank["entries"] == json.loads(bank.read_text())["entries"]
+    assert [c["bank_after"] for c in read_history(out / "history.jsonl")] == versions[1:]
 
 
 def test_record_names_keep_the_start_of_the_task_id_and_stay_unique(tmp_path):

@@ -95,7 +95,8 @@ def test_learning_dynamics_of_two_grpo_runs(tmp_path):
     """Two runs (e.g. adaptive vs env_only): one overlaid dynamics figure and the updates-to-threshold table."""
     def metrics(val: list[float]) -> list[dict]:
         rows = [{"step": u, "success_rate": 0.1 * u, "steps_per_episode": 20 - u, "harness/recall_per_episode": 1.0,
-                 "experience/add": 3.0 - u, "experience/update": float(u)} for u in range(len(val))]
+                 "experience/chosen/add": 3.0 - u, "experience/chosen/update": float(u),
+                 "experience/redirected/add_to_update": 1.0} for u in range(len(val))]
         for u, v in enumerate(val):
             rows.append({"step": u, "val/success_rate": v})
         return rows
@@ -126,6 +127,19 @@ def test_seeds_of_one_setting_are_averaged(tmp_path):
     assert "| adaptive | 2 | 1: 15.0 (10.0-20.0); 2: 50.0 (40.0-60.0) |" in lines
     assert not any(line.startswith("| env_only | ") and "seeds" in line for line in lines)
     assert sum(line.startswith("| env_only") for line in lines) == 1  # its updates-to-threshold row only
+
+
+def test_the_operations_panel_shows_the_consolidators_choices_and_the_redirections_apart(tmp_path):
+    from evoharness_rl.eval.report import dynamics_figure, load_run
+
+    new = _write(tmp_path, "new", metrics=[{"step": 0, "success_rate": 0.5, "experience/chosen/add": 4.0,
+                                            "experience/redirected/add_to_update": 2.0}])
+    old = _write(tmp_path, "old", metrics=[{"step": 0, "success_rate": 0.5, "experience/add": 3.0}])
+    for run, expected in ((new, ["add", "redirected add->update"]), (old, ["add (applied)"])):
+        fig = dynamics_figure([load_run(run)])
+        ops = next(ax for ax in fig.axes if ax.get_title().startswith("Experience operations"))
+        assert [line.get_label() for line in ops.get_lines()] == expected
+        assert [list(line.get_ydata()) for line in ops.get_lines()][0] == [4.0 if run == new else 3.0]
 
 
 def test_prompt_variants_are_told_apart(tmp_path):

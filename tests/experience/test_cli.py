@@ -76,12 +76,13 @@ def test_read_trajectories_accepts_json_records_too(tmp_path):
 def test_bank_report_groups_history_into_rows_by_hand():
     history = [{"update": u, "ops": {"add": 20 - u, "update": u, "archive": 0, "skip": 1}, "pruned": 0, "failures": u % 2,
                 "composition": {"general": u, "task": 2 * u, "mistakes": 1, "search": 3}} for u in range(1, 21)]
+    history[0]["redirected"] = {"add_to_update": 1, "add_to_skip": 0}  # newer records count the bank's redirections
     lines = bank_report(history).splitlines()
     rows = [line for line in lines if line.startswith("| ") and line[2].isdigit()]
     assert len(rows) == 10  # 20 consolidations -> 10 rows of 2
     # updates 1-2: Add 19+18, Update 1+2, Skip 1+1, failures 1+0; composition at update 2
-    assert rows[0] == "| 1-2 | 2 | 4 | 1 | 3 | 37 | 3 | 0 | 2 | 0 | 1 |"
-    assert rows[-1] == "| 19-20 | 20 | 40 | 1 | 3 | 1 | 39 | 0 | 2 | 0 | 1 |"  # Add 1+0, Update 19+20
+    assert rows[0] == "| 1-2 | 2 | 4 | 1 | 3 | 37 | 3 | 0 | 2 | 1 | 0 | 1 |"
+    assert rows[-1] == "| 19-20 | 20 | 40 | 1 | 3 | 1 | 39 | 0 | 2 | 0 | 0 | 1 |"  # Add 1+0, Update 19+20
 
 
 def test_bank_report_from_a_run_directory(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 from evoharness_rl.experience import ExperienceBank, LLMConsolidator, consolidate, parse_last_json
 from evoharness_rl.experience.operations import Operation
 from tests.experience import synthetic
+from tests.fakes.consolidator import Scripted
 
 # ------------------------------------------------------------------------- parse_last_json
 
@@ -40,20 +41,6 @@ def test_parse_is_fast_on_adversarial_input(garbage):
 
 
 # --------------------------------------------------------------------------- scripted model
-
-
-class Scripted:
-    """A generate_text callable answering from a list (or by stage keyword), recording prompts."""
-
-    def __init__(self, answers):
-        self.answers, self.prompts = answers, []
-
-    def __call__(self, messages):
-        self.prompts.append(messages[-1]["content"])
-        answer = self.answers.pop(0) if isinstance(self.answers, list) else self.answers(messages[-1]["content"])
-        if isinstance(answer, Exception):
-            raise answer
-        return answer if isinstance(answer, str) else "Reasoning first.\n" + json.dumps(answer)
 
 
 def seeded_bank():
@@ -152,6 +139,7 @@ def test_garbage_output_leaves_the_bank_unchanged_and_is_counted(garbage, fused)
         entry.pop("usage"), entry.pop("outcomes")
     assert after == before
     assert bank.ops_history[-1]["failures"] == report.failure_count
+    assert report.status == "failed" and report.metrics()["experience/failed"] == 1.0
 
 
 @pytest.mark.parametrize("bad_op, fragment", [
@@ -190,3 +178,14 @@ def test_prompts_follow_the_paper_and_cite_episodes():
     assert "[N1] (E1, SUCCESS) kettle was on stoveburner 1" in task_prompt
     general_prompt = model.prompts[2]
     assert "at least two task types support it" in general_prompt
+
+
+def test_an_operation_on_an_unknown_id_alone_fails_the_cycle_and_changes_no_entry():
+    bank = seeded_bank()
+    before = {i: (e.principle, e.status) for i, e in bank.entries.items()}
+    answer = {"operations": [{"op": "update", "id": "gen-404", "principle": "x"}, {"op": "archive", "id": "task-777"}]}
+    report = consolidate(bank, episodes(), LLMConsolidator(Scripted([answer]), fused=True))
+    assert report.status == "failed" and report.chosen == {"add": 0, "update": 1, "archive": 1, "skip": 0}
+    assert [r.split(":")[0] for r in report.rejected] == ["update gen-404", "archive task-777"]
+    assert "'gen-404', which is not in the bank" in report.rejected[0]
+    assert {i: (e.principle, e.status) for i, e in bank.entries.items()} == before

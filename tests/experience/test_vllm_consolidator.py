@@ -11,7 +11,9 @@ import pytest
 
 from evoharness_rl.config import ExperienceConfig
 from evoharness_rl.experience import ExperienceBank, consolidate, make_consolidator
+from evoharness_rl.experience.consolidation import Evidence
 from evoharness_rl.experience.operations import Operation
+from evoharness_rl.experience.prompts import EvidenceView
 from tests.experience import synthetic
 
 pytestmark = pytest.mark.slow
@@ -31,7 +33,11 @@ def test_tiny_model_garbage_leaves_the_bank_unchanged_and_is_counted(vllm_url, f
                            max_new_tokens=64, max_prompt_chars=3000, api_key_env="EVOHARNESS_TEST_NO_KEY")
     trajectories = synthetic.batch(4, families=("pick_cool_then_place_in_recep", "pick_heat_then_place_in_recep"))
     report = consolidate(bank, trajectories, make_consolidator(cfg, "alfworld"))
-    assert report.llm_calls == (1 if fused else 3)
+    view = EvidenceView(Evidence.from_trajectories(trajectories, 2), cfg.max_prompt_chars)  # the parts read
+    everything = view.mixed(list(range(4)))
+    parts = len(view.chunks(everything)) + (0 if fused else sum(
+        len(view.chunks([p for p, _ in view.evidence.of_family(f)])) for f in view.evidence.families))
+    assert report.llm_calls == parts and report.episodes_seen == 4  # garbage candidates: nothing to reconcile
     assert report.failure_count >= 1 and sum(report.ops.values()) == 0, report.to_dict()
     assert [e.principle for e in bank.active()] == ["keep me"]
     assert bank.ops_history[-1]["failures"] == report.failure_count

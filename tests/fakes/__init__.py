@@ -4,6 +4,7 @@
 - `count.py`   count steps ("step 1", "step 2", ...), with the warm start and tiny configs of the GRPO tests
 - `steps.py`   count steps, with tasks that crash, hang or raise, and scripted/list backends (rollout, eval)
 - `keys.py`    find the key in a box: the harness unit tests' environment, Belief and Teacher
+- `consolidator.py`  a scripted consolidator model that records the prompts it is sent
 - `policy.py`  a few SFT steps that teach a tiny model the response format
 
 Pool workers import these modules by name, so they live here and not in a conftest.py.

@@ -21,6 +21,7 @@ from evoharness_rl.errors import Refusal
 from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo.core import lambda_div
 from evoharness_rl.grpo.trainer import run_grpo
+from evoharness_rl.experience.history import read_history
 from evoharness_rl.runlog import read_metrics
 
 ROOT = Path(__file__).parents[2]  # the checkout: subprocesses import tests.fakes from it
@@ -104,7 +105,7 @@ def test_baselines_are_config_only(warm_model_dir, tmp_path, mode):
     run_grpo(cfg, env_factory=envs)
     (row,) = read_metrics(tmp_path / "run")
     assert row["harness_calls_per_episode"] == 0.0  # verbs are invalid in both modes
-    assert ("experience/add" in row) == (mode == "always_on")  # env_only has no Experience to consolidate
+    assert ("experience/chosen/add" in row) == (mode == "always_on")  # env_only has no Experience to consolidate
 
 
 @pytest.mark.slow
@@ -224,7 +225,7 @@ def test_self_consolidation_asks_the_policy(warm_model_dir, tmp_path):
     run_grpo(cfg, env_factory=envs)
     (row,) = read_metrics(tmp_path / "run")
     assert row["experience/llm_calls"] > 0  # the tiny policy's answers are not valid JSON: counted, bank unchanged
-    assert row["experience/failures"] > 0 and row["experience/add"] == 0
+    assert row["experience/failures"] > 0 and row["experience/applied/add"] == 0
 
 
 @pytest.mark.slow
@@ -247,6 +248,10 @@ def test_two_process_ddp_on_cpu(warm_model_dir, tmp_path):
     saved = ckpt.checkpoint_path(tmp_path / "run", 2)
     assert (saved / "random_states_0.pkl").exists() and (saved / "random_states_1.pkl").exists()
     assert "(1 prompts per process on 2 process(es))" in (tmp_path / "run" / "run.log").read_text()
+    kept = sorted(p.relative_to(tmp_path / "run" / "trajectories").as_posix()
+                  for p in (tmp_path / "run" / "trajectories").glob("update_*/*.json"))
+    assert kept == [f"update_{u:06d}/{i:05d}.json" for u in (0, 1) for i in range(8)]  # each process its own episodes
+    assert [c["episodes_in_batch"] for c in read_history(tmp_path / "run" / "history.jsonl")] == [8, 8]
 
 
 @pytest.mark.slow
