@@ -93,7 +93,8 @@ class EnvConfig:
     recall_k: int = 3  # entries returned by recall [query] (paper: 3 ALFWorld / 6 WebShop / 3 WebArena)
     num_workers: int = 2  # environment worker processes per node
     step_timeout_s: float = 60.0  # a worker silent for longer than this is killed and its episode errored
-    max_live_episodes: int = 64  # episodes in flight at once over all workers; each turn their prompts form one backend batch
+    max_live_episodes: int = 64  # episodes in flight at once over all workers (the most requests the backend sees at once)
+    schedule: str = "pipelined"  # pipelined (an episode's next request goes to the backend as soon as its observation is back, while other episodes step) | lockstep (all episodes generate, then all step; for comparisons)
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
     webshop: WebShopConfig = field(default_factory=WebShopConfig)
     webarena: WebArenaConfig = field(default_factory=WebArenaConfig)
@@ -336,6 +337,7 @@ def validate(cfg: Config) -> Config:
     _choice("env.context", cfg.env.context, CONTEXTS)
     _choice("env.prompt_style", cfg.env.prompt_style, PROMPT_STYLES)
     _choice("env.prompt_variant", cfg.env.prompt_variant, PROMPT_VARIANTS)
+    _choice("env.schedule", cfg.env.schedule, ("pipelined", "lockstep"))
     _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
     _choice("env.alfworld.expert", cfg.env.alfworld.expert, ("handcoded", "planner"))
     _choice("env.webshop.backend", cfg.env.webshop.backend, ("sim", "real"))
