@@ -217,6 +217,7 @@ class GRPOConfig:
     mini_batch_trajectories: int = 128  # trajectories per optimizer step (global); must divide prompts*group
     micro_batch_samples: int = 8  # training rows per forward/backward pass per process
     inner_epochs: int = 1  # passes over each update's rollouts
+    pack_samples: bool = True  # lay a micro-batch's samples end to end in rows with their own position ids (no padding computed; logits only where a loss token is predicted); models whose attention cannot keep packed samples apart fall back to padded rows
     temperature: float = 1.0  # sampling temperature of the rollouts (the loss scores tokens at it); must be > 0
     learning_rate: float = 1e-6  # actor AdamW learning rate
     weight_decay: float = 0.01  # AdamW weight decay

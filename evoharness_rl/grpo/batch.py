@@ -10,15 +10,25 @@ Units (every batch knob names its unit):
 - mini-batch: `grpo.mini_batch_trajectories` trajectories (global) per optimizer step;
 - micro-batch: at most `grpo.micro_batch_samples` rows per forward/backward, per process.
 
-Rows are left-padded so that every row's loss tokens sit in the last K positions; the
-model then only computes logits for those K positions (`logits_to_keep`), which for
-per-turn samples (long prompt, short completion) saves most of the LM-head cost.
+Two layouts of a micro-batch, the same [B, K] loss tensors (B samples, the last K tokens of
+each, right-aligned):
+- packed (`pack`, `grpo.pack_samples`, where the model supports it -- `policy.packing_works`):
+  samples are laid end to end in rows as wide as the longest one (first-fit decreasing),
+  each restarting its position ids at 0 and no attention mask, so the model's attention
+  keeps every sample to itself (transformers reads packed sequences from the position ids:
+  a block-diagonal causal mask, or varlen flash attention on a GPU). Almost no padding is
+  computed, and logits are kept only at the columns that predict a loss token;
+- padded (`collate`, the fallback): one row per sample, left-padded so that every row's
+  loss tokens sit in the last K positions; the model then only computes logits for those
+  K positions (`logits_to_keep`), which for per-turn samples (long prompt, short
+  completion) saves most of the LM-head cost.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -108,6 +118,7 @@ class Sample:
     old_logprobs: list[float]  # sampling logprob of each token (0 where loss_mask is 0)
     advantage: float  # the trajectory's group-normalised advantage
     trajectory: int  # index of the trajectory in the update's batch
+    ref_logprobs: Optional[list[float]] = None  # reference logprob of each token, once the update's no-grad pass ran
 
     @property
     def loss_tokens(self) -> int:
@@ -159,51 +170,121 @@ def _accumulated_sample(traj, advantage: float, index: int) -> list[Sample]:
 
 @dataclass
 class MicroBatch:
-    """Left-padded tensors of up to `micro_batch_samples` rows; loss tokens in the last K positions."""
+    """Model inputs of up to `micro_batch_samples` samples (padded or packed) and their [B, K] loss tensors."""
 
-    input_ids: torch.Tensor  # [B, L]
-    attention_mask: torch.Tensor  # [B, L] 1 on real tokens
-    position_ids: torch.Tensor  # [B, L] 0-based positions of real tokens (0 on padding)
-    targets: torch.Tensor  # [B, K] the last K tokens of each row (what the kept logits predict)
+    input_ids: torch.Tensor  # [B, L] padded | [R, W] packed rows
+    attention_mask: Optional[torch.Tensor]  # [B, L] 1 on real tokens | None when packed (the position ids tell)
+    position_ids: torch.Tensor  # [B, L] | [R, W]: 0-based positions within each sample
+    targets: torch.Tensor  # [B, K] the last K tokens of each sample (what the kept logits predict)
     loss_mask: torch.Tensor  # [B, K] 1 on policy tokens
     old_logp: torch.Tensor  # [B, K] behaviour logprobs
     adv: torch.Tensor  # [B]
+    ref_logp: Optional[torch.Tensor] = None  # [B, K] reference logprobs (from the update's no-grad pass)
+    keep_columns: Optional[torch.Tensor] = None  # packed: [U] columns whose logits are computed (they predict loss tokens)
+    gather: Optional[torch.Tensor] = None  # packed: [B, K] index of each loss token's logprob in the flat [R * U] ones
+    tokens: int = 0  # real (non-padding) tokens the model reads
 
     @property
     def keep(self) -> int:
         """K: trailing positions that hold every loss token."""
         return self.targets.shape[1]
 
+    @property
+    def packed(self) -> bool:
+        return self.keep_columns is not None
+
     def to(self, device) -> "MicroBatch":
-        return MicroBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids,
-                                                    self.targets, self.loss_mask, self.old_logp, self.adv)))
+        moved = {name: (value.to(device) if isinstance(value, torch.Tensor) else value)
+                 for name, value in vars(self).items()}
+        return MicroBatch(**moved)
+
+
+def _loss_window(samples: list[Sample]) -> tuple[int, dict[str, torch.Tensor]]:
+    """K and the right-aligned [B, K] targets, loss mask, behaviour (and reference) logprobs of `samples`."""
+    K = max(len(s.input_ids) - s.loss_mask.index(1) if 1 in s.loss_mask else 1 for s in samples)
+    B = len(samples)
+    targets = torch.zeros(B, K, dtype=torch.long)
+    loss_mask = torch.zeros(B, K, dtype=torch.long)
+    old_logp = torch.zeros(B, K, dtype=torch.float32)
+    with_ref = all(s.ref_logprobs is not None for s in samples)
+    ref_logp = torch.zeros(B, K, dtype=torch.float32) if with_ref else None
+    for row, s in enumerate(samples):
+        k = min(K, len(s.input_ids))
+        targets[row, K - k:] = torch.tensor(s.input_ids[-k:], dtype=torch.long)
+        loss_mask[row, K - k:] = torch.tensor(s.loss_mask[-k:], dtype=torch.long)
+        old_logp[row, K - k:] = torch.tensor(s.old_logprobs[-k:], dtype=torch.float32)
+        if ref_logp is not None:
+            ref_logp[row, K - k:] = torch.tensor(s.ref_logprobs[-k:], dtype=torch.float32)
+    window = dict(targets=targets, loss_mask=loss_mask, old_logp=old_logp, ref_logp=ref_logp,
+                  adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32))
+    return K, window
 
 
 def collate(samples: list[Sample], pad_id: int) -> MicroBatch:
     """Left-pad `samples` into one MicroBatch (see module docstring for why left padding)."""
     L = max(len(s.input_ids) for s in samples)
-    K = max(len(s.input_ids) - s.loss_mask.index(1) if 1 in s.loss_mask else 1 for s in samples)
+    K, window = _loss_window(samples)
     B = len(samples)
     input_ids = torch.full((B, L), pad_id, dtype=torch.long)
     attention = torch.zeros(B, L, dtype=torch.long)
-    loss_mask = torch.zeros(B, L, dtype=torch.long)
-    old_logp = torch.zeros(B, L, dtype=torch.float32)
     for row, s in enumerate(samples):
         n = len(s.input_ids)
         input_ids[row, L - n:] = torch.tensor(s.input_ids, dtype=torch.long)
         attention[row, L - n:] = 1
-        loss_mask[row, L - n:] = torch.tensor(s.loss_mask, dtype=torch.long)
-        old_logp[row, L - n:] = torch.tensor(s.old_logprobs, dtype=torch.float32)
     position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [B, L]
-    return MicroBatch(
-        input_ids=input_ids,
-        attention_mask=attention,
-        position_ids=position_ids,
-        targets=input_ids[:, L - K:],
-        loss_mask=loss_mask[:, L - K:],
-        old_logp=old_logp[:, L - K:],
-        adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
-    )
+    window["targets"] = input_ids[:, L - K:]  # the same values; padding ids where a row is shorter than K
+    return MicroBatch(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
+                      tokens=sum(len(s.input_ids) for s in samples), **window)
+
+
+def pack(samples: list[Sample], pad_id: int) -> MicroBatch:
+    """Lay `samples` end to end in rows as wide as the longest (first-fit decreasing); see module docstring."""
+    W = max(len(s.input_ids) for s in samples)
+    rows: list[list[int]] = []  # sample indices per row
+    room: list[int] = []
+    for i in sorted(range(len(samples)), key=lambda i: -len(samples[i].input_ids)):
+        n = len(samples[i].input_ids)
+        r = next((r for r, free in enumerate(room) if free >= n), None)
+        if r is None:
+            rows.append([])
+            room.append(W)
+            r = len(rows) - 1
+        rows[r].append(i)
+        room[r] -= n
+    input_ids = torch.full((len(rows), W), pad_id, dtype=torch.long)
+    position_ids = torch.zeros(len(rows), W, dtype=torch.long)
+    where: dict[int, tuple[int, int]] = {}  # sample -> (row, first column)
+    for r, members in enumerate(rows):
+        col = 0
+        for i in members:
+            n = len(samples[i].input_ids)
+            input_ids[r, col:col + n] = torch.tensor(samples[i].input_ids, dtype=torch.long)
+            position_ids[r, col:col + n] = torch.arange(n)
+            where[i] = (r, col)
+            col += n
+        position_ids[r, col:] = torch.arange(W - col)  # the row's tail padding is a segment of its own
+    K, window = _loss_window(samples)
+    # Columns that predict a loss token: column c predicts the token in column c + 1 of its row.
+    wanted: list[tuple[int, int, int, int]] = []  # (sample, K column, row, predicting column)
+    for i, s in enumerate(samples):
+        r, start = where[i]
+        n = len(s.input_ids)
+        for t in range(max(1, n - K), n):
+            if s.loss_mask[t]:
+                wanted.append((i, K - n + t, r, start + t - 1))
+    columns = sorted({c for _, _, _, c in wanted}) or [0]
+    keep_columns = torch.tensor(columns, dtype=torch.long)
+    at = {c: u for u, c in enumerate(columns)}
+    gather = torch.zeros(len(samples), K, dtype=torch.long)
+    for i, j, r, c in wanted:
+        gather[i, j] = r * len(columns) + at[c]
+    return MicroBatch(input_ids=input_ids, attention_mask=None, position_ids=position_ids, keep_columns=keep_columns,
+                      gather=gather, tokens=sum(len(s.input_ids) for s in samples), **window)
+
+
+def build(samples: list[Sample], pad_id: int, packed: bool) -> MicroBatch:
+    """The micro-batch of `samples`: packed when the model supports it (`policy.packing_works`), else padded."""
+    return pack(samples, pad_id) if packed else collate(samples, pad_id)
 
 
 def padding_sample(pad_id: int) -> Sample:
