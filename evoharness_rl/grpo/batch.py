@@ -16,8 +16,11 @@ each, right-aligned):
   samples are laid end to end in rows as wide as the longest one (first-fit decreasing),
   each restarting its position ids at 0 and no attention mask, so the model's attention
   keeps every sample to itself (transformers reads packed sequences from the position ids:
-  a block-diagonal causal mask, or varlen flash attention on a GPU). Almost no padding is
-  computed, and logits are kept only at the columns that predict a loss token;
+  a block-diagonal causal mask, or varlen flash attention on a GPU). When sharing rows
+  would save little (fewer than `SHARE_ROWS_GAIN` times fewer rows), each sample keeps a
+  row of its own, right-padded, and the rows need no mask at all: plain causal attention,
+  whose fast kernels a block mask would lose. Either way the LM head runs only on the
+  positions that predict a loss token;
 - padded (`collate`, the fallback): one row per sample, left-padded so that every row's
   loss tokens sit in the last K positions; the model then only computes logits for those
   K positions (`logits_to_keep`), which for per-turn samples (long prompt, short
@@ -180,8 +183,8 @@ class MicroBatch:
     old_logp: torch.Tensor  # [B, K] behaviour logprobs
     adv: torch.Tensor  # [B]
     ref_logp: Optional[torch.Tensor] = None  # [B, K] reference logprobs (from the update's no-grad pass)
-    keep_columns: Optional[torch.Tensor] = None  # packed: [U] columns whose logits are computed (they predict loss tokens)
-    gather: Optional[torch.Tensor] = None  # packed: [B, K] index of each loss token's logprob in the flat [R * U] ones
+    keep_positions: Optional[torch.Tensor] = None  # packed: [N] positions of the flattened rows that predict a loss token
+    gather: Optional[torch.Tensor] = None  # packed: [B, K] index into keep_positions of each loss token (0 elsewhere)
     tokens: int = 0  # real (non-padding) tokens the model reads
 
     @property
@@ -191,7 +194,7 @@ class MicroBatch:
 
     @property
     def packed(self) -> bool:
-        return self.keep_columns is not None
+        return self.keep_positions is not None
 
     def to(self, device) -> "MicroBatch":
         moved = {name: (value.to(device) if isinstance(value, torch.Tensor) else value)
@@ -199,24 +202,23 @@ class MicroBatch:
         return MicroBatch(**moved)
 
 
-def _loss_window(samples: list[Sample]) -> tuple[int, dict[str, torch.Tensor]]:
+def _right_aligned(rows: list[list], width: int, fill) -> list[list]:
+    """The last `width` items of each row, left-filled with `fill` up to `width`."""
+    return [[fill] * (width - len(r[-width:])) + list(r[-width:]) for r in rows]
+
+
+def _loss_window(samples: list[Sample]) -> tuple[int, dict[str, Optional[torch.Tensor]]]:
     """K and the right-aligned [B, K] targets, loss mask, behaviour (and reference) logprobs of `samples`."""
     K = max(len(s.input_ids) - s.loss_mask.index(1) if 1 in s.loss_mask else 1 for s in samples)
-    B = len(samples)
-    targets = torch.zeros(B, K, dtype=torch.long)
-    loss_mask = torch.zeros(B, K, dtype=torch.long)
-    old_logp = torch.zeros(B, K, dtype=torch.float32)
     with_ref = all(s.ref_logprobs is not None for s in samples)
-    ref_logp = torch.zeros(B, K, dtype=torch.float32) if with_ref else None
-    for row, s in enumerate(samples):
-        k = min(K, len(s.input_ids))
-        targets[row, K - k:] = torch.tensor(s.input_ids[-k:], dtype=torch.long)
-        loss_mask[row, K - k:] = torch.tensor(s.loss_mask[-k:], dtype=torch.long)
-        old_logp[row, K - k:] = torch.tensor(s.old_logprobs[-k:], dtype=torch.float32)
-        if ref_logp is not None:
-            ref_logp[row, K - k:] = torch.tensor(s.ref_logprobs[-k:], dtype=torch.float32)
-    window = dict(targets=targets, loss_mask=loss_mask, old_logp=old_logp, ref_logp=ref_logp,
-                  adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32))
+    window = dict(
+        targets=torch.tensor(_right_aligned([s.input_ids for s in samples], K, 0), dtype=torch.long),
+        loss_mask=torch.tensor(_right_aligned([s.loss_mask for s in samples], K, 0), dtype=torch.long),
+        old_logp=torch.tensor(_right_aligned([s.old_logprobs for s in samples], K, 0.0), dtype=torch.float32),
+        ref_logp=(torch.tensor(_right_aligned([s.ref_logprobs for s in samples], K, 0.0), dtype=torch.float32)
+                  if with_ref else None),
+        adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+    )
     return K, window
 
 
@@ -224,17 +226,15 @@ def collate(samples: list[Sample], pad_id: int) -> MicroBatch:
     """Left-pad `samples` into one MicroBatch (see module docstring for why left padding)."""
     L = max(len(s.input_ids) for s in samples)
     K, window = _loss_window(samples)
-    B = len(samples)
-    input_ids = torch.full((B, L), pad_id, dtype=torch.long)
-    attention = torch.zeros(B, L, dtype=torch.long)
-    for row, s in enumerate(samples):
-        n = len(s.input_ids)
-        input_ids[row, L - n:] = torch.tensor(s.input_ids, dtype=torch.long)
-        attention[row, L - n:] = 1
+    input_ids = torch.tensor(_right_aligned([s.input_ids for s in samples], L, pad_id), dtype=torch.long)
+    attention = torch.tensor(_right_aligned([[1] * len(s.input_ids) for s in samples], L, 0), dtype=torch.long)
     position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [B, L]
     window["targets"] = input_ids[:, L - K:]  # the same values; padding ids where a row is shorter than K
     return MicroBatch(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
                       tokens=sum(len(s.input_ids) for s in samples), **window)
+
+
+SHARE_ROWS_GAIN = 1.25  # samples share rows only when that needs this many times fewer rows than one per row
 
 
 def pack(samples: list[Sample], pad_id: int) -> MicroBatch:
@@ -251,35 +251,43 @@ def pack(samples: list[Sample], pad_id: int) -> MicroBatch:
             r = len(rows) - 1
         rows[r].append(i)
         room[r] -= n
-    input_ids = torch.full((len(rows), W), pad_id, dtype=torch.long)
-    position_ids = torch.zeros(len(rows), W, dtype=torch.long)
-    where: dict[int, tuple[int, int]] = {}  # sample -> (row, first column)
+    shared = len(samples) > SHARE_ROWS_GAIN * len(rows)
+    if not shared:  # one sample per row: no row holds two samples, so plain causal attention needs no mask
+        rows = [[i] for r in rows for i in r]
+    ids: list[list[int]] = []
+    positions: list[list[int]] = []
+    start: dict[int, int] = {}  # sample -> its first position in the flattened rows
     for r, members in enumerate(rows):
-        col = 0
+        row_ids: list[int] = []
+        row_positions: list[int] = []
         for i in members:
-            n = len(samples[i].input_ids)
-            input_ids[r, col:col + n] = torch.tensor(samples[i].input_ids, dtype=torch.long)
-            position_ids[r, col:col + n] = torch.arange(n)
-            where[i] = (r, col)
-            col += n
-        position_ids[r, col:] = torch.arange(W - col)  # the row's tail padding is a segment of its own
+            start[i] = r * W + len(row_ids)
+            row_ids += samples[i].input_ids
+            row_positions += range(len(samples[i].input_ids))
+        tail = W - len(row_ids)
+        ids.append(row_ids + [pad_id] * tail)
+        # Shared rows: the tail padding is a segment of its own. Own rows: it continues the sample's positions,
+        # so every row reads as one sequence and the model uses its plain causal attention (the padding comes
+        # after every real token, which therefore never sees it).
+        positions.append(row_positions + list(range(tail)) if shared else list(range(W)))
     K, window = _loss_window(samples)
-    # Columns that predict a loss token: column c predicts the token in column c + 1 of its row.
-    wanted: list[tuple[int, int, int, int]] = []  # (sample, K column, row, predicting column)
+    # Positions (in the flattened [R * W] rows) that predict a loss token: position p predicts the token at p + 1.
+    wanted: list[tuple[int, int, int]] = []  # (sample, K column, predicting position)
     for i, s in enumerate(samples):
-        r, start = where[i]
         n = len(s.input_ids)
+        mask = s.loss_mask
         for t in range(max(1, n - K), n):
-            if s.loss_mask[t]:
-                wanted.append((i, K - n + t, r, start + t - 1))
-    columns = sorted({c for _, _, _, c in wanted}) or [0]
-    keep_columns = torch.tensor(columns, dtype=torch.long)
-    at = {c: u for u, c in enumerate(columns)}
-    gather = torch.zeros(len(samples), K, dtype=torch.long)
-    for i, j, r, c in wanted:
-        gather[i, j] = r * len(columns) + at[c]
-    return MicroBatch(input_ids=input_ids, attention_mask=None, position_ids=position_ids, keep_columns=keep_columns,
-                      gather=gather, tokens=sum(len(s.input_ids) for s in samples), **window)
+            if mask[t]:
+                wanted.append((i, K - n + t, start[i] + t - 1))
+    kept = sorted({p for _, _, p in wanted}) or [0]
+    at = {p: u for u, p in enumerate(kept)}
+    gather = [[0] * K for _ in samples]
+    for i, j, p in wanted:
+        gather[i][j] = at[p]
+    return MicroBatch(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=None,
+                      position_ids=torch.tensor(positions, dtype=torch.long),
+                      keep_positions=torch.tensor(kept, dtype=torch.long), gather=torch.tensor(gather, dtype=torch.long),
+                      tokens=sum(len(s.input_ids) for s in samples), **window)
 
 
 def build(samples: list[Sample], pad_id: int, packed: bool) -> MicroBatch:

@@ -149,7 +149,8 @@ def test_pack_lays_samples_end_to_end_with_their_own_positions():
     padded = B.collate(rows, pad_id=0)
     for name in ("loss_mask", "old_logp", "adv"):
         assert torch.equal(getattr(mb, name), getattr(padded, name))
-    assert mb.keep_columns.tolist() == [0, 2, 3]  # row 0 cols 2,3 predict 4,5; row 1 col 0 predicts 8, col 3 predicts 6
+    assert mb.keep_positions.tolist() == [2, 3, 5, 8]  # row 0: 2, 3 predict 4, 5; row 1 (from 5): 5 predicts 8, 8 predicts 6
+    assert mb.gather.tolist() == [[0, 1], [2, 0], [0, 3]]  # K = 2, right-aligned; the other zeros are masked slots
     assert B.pack(rows + [B.Sample([1, 2, 3, 4], [0, 1, 1, 1], [0.0] * 4, 0.0, 3)], 0).input_ids.shape == (3, 5)
 
 
