@@ -125,7 +125,7 @@ class PolicyConfig:
     top_p: float = 1.0  # nucleus sampling mass
     max_new_tokens: int = 512  # generated tokens per turn (paper: 512 ALFWorld / 1024 WebShop)
     max_prompt_tokens: int = 12288  # longer prompts keep their first system message and are cut from the left
-    batch_size: int = 64  # prompts per backend call (hf); vLLM schedules its own batches
+    batch_size: int = 64  # prompts per backend call (hf; the pipelined engine sends at most this many ready requests at once); vLLM schedules its own batches
     path: Optional[str] = None  # replay: JSON file with a list of raw responses
     harness_rate: float = 0.5  # scripted: how often the teacher uses BPE actions (0..1)
     teacher_slip_rate: float = 0.0  # scripted: share of turns that are a plausible action the env rejects (SFT recovery)

@@ -60,7 +60,7 @@ def parse_args() -> argparse.Namespace:
                              "checkpoint directory (real weights, e.g. models/smollm2)")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--samples", type=int, default=16, help="per-turn samples per optimizer step")
-    parser.add_argument("--micro-batch", type=int, default=16, help="grpo.micro_batch_samples of the update")
+    parser.add_argument("--micro-batch", type=int, default=8, help="grpo.micro_batch_samples of the update (its default)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (after one warm-up); medians are kept")
     parser.add_argument("--scale-lengths", nargs="*", type=int, default=[512, 1024, 2048],
                         help="longest sample of each scaling row (none: no scaling rows)")
