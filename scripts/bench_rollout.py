@@ -264,20 +264,22 @@ def main() -> None:
         from evoharness_rl.models import init_model
 
         model = str(init_model("tiny", Path(tempfile.mkdtemp(prefix="bench_tiny_")) / "model", seed=args.seed))
-    generated = [r for name in models for r in bench_model(cfg, tasks, name, model, args)]
-    scaling = bench_scaling(cfg, tasks, model, args) if args.scaling else []
     print(f"\n{args.env} ({len(tasks)} episodes in flight, {args.workers} workers; backend on core "
           f"{args.backend_core}, env workers on core {args.env_core})")
     for r in scripted:
         print(f"scripted {r['mode']:<9} rollout {r['rollout_steps_per_s']:8.1f} env steps/s | raw pool "
               f"{r['raw_steps_per_s']:8.1f} | ratio {r['ratio']:.3f} (target >= 0.9)  "
-              f"[{r['env_steps']} env + {r['harness_steps']} harness steps, success {r['success_rate']:.2f}]")
-    for r in generated:
-        env = f"{r['env_alone_steps_per_s']:7.1f}" if r["env_alone_steps_per_s"] else "    n/a"
-        print(f"{r['backend']:<5} {r['schedule']:<9} engine {r['engine_tokens_per_s']:7.1f} tok/s | backend alone "
-              f"{r['backend_alone_tokens_per_s']:7.1f} tok/s | env alone {env} steps/s | engine_vs_bound "
-              f"{r['engine_vs_bound']:.3f} (target >= 0.85)  [{r['turns']} turns, {r['env_steps']} env steps, "
-              f"generate {100 * r['generate_share']:.0f}% of engine wall]")
+              f"[{r['env_steps']} env + {r['harness_steps']} harness steps, success {r['success_rate']:.2f}]", flush=True)
+    generated = []
+    for name in models:
+        for r in bench_model(cfg, tasks, name, model, args):
+            generated.append(r)
+            env = f"{r['env_alone_steps_per_s']:7.1f}" if r["env_alone_steps_per_s"] else "    n/a"
+            print(f"{r['backend']:<5} {r['schedule']:<9} engine {r['engine_tokens_per_s']:7.1f} tok/s | backend alone "
+                  f"{r['backend_alone_tokens_per_s']:7.1f} tok/s | env alone {env} steps/s | engine_vs_bound "
+                  f"{r['engine_vs_bound']:.3f} (target >= 0.85)  [{r['turns']} turns, {r['env_steps']} env steps, "
+                  f"generate {100 * r['generate_share']:.0f}% of engine wall]", flush=True)
+    scaling = bench_scaling(cfg, tasks, model, args) if args.scaling else []
     for r in scaling:
         print(f"hf pipelined  {r['workers']} worker(s) x {r['episodes_per_worker']} episode(s): "
               f"{r['engine_tokens_per_s']:7.1f} tok/s, {r['turns_per_s']:6.2f} turns/s  [{r['turns']} turns]")
