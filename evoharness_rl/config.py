@@ -97,7 +97,8 @@ class EnvConfig:
     ray_address: Optional[str] = None  # env.pool=ray: null (join this process's Ray instance, else start a local one) | auto (the cluster `ray start` joined this node to) | HOST:PORT or ray://HOST:PORT
     ray_cpus_per_worker: float = 1.0  # env.pool=ray: CPUs each worker actor reserves (Ray places actors by it; 0: no reservation)
     step_timeout_s: float = 60.0  # a worker silent for longer than this is killed and its episode errored
-    max_live_episodes: int = 64  # episodes in flight at once over all workers; each turn their prompts form one backend batch
+    max_live_episodes: int = 64  # episodes in flight at once over all workers (the most requests the backend sees at once)
+    schedule: str = "pipelined"  # pipelined (an episode's next request goes to the backend as soon as its observation is back, while other episodes step) | lockstep (all episodes generate, then all step; for comparisons)
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
     webshop: WebShopConfig = field(default_factory=WebShopConfig)
     webarena: WebArenaConfig = field(default_factory=WebArenaConfig)
@@ -129,7 +130,7 @@ class PolicyConfig:
     max_new_tokens: int = 512  # generated tokens per turn (paper: 512 ALFWorld / 1024 WebShop)
     max_prompt_tokens: int = 12288  # per-turn prompt limit: the prompt tokens a turn adds (per_turn: its whole prompt; accumulated: the first prompt, then each turn's new environment message); longer ones keep their head (system message / turn header) and their most recent tokens
     max_trajectory_tokens: int = 8192  # accumulated context: tokens an episode may add after its first prompt (completions + environment messages; paper: 8,192 on WebArena); a turn that could not fit max_new_tokens more ends the episode as a failure flagged token_capped (token backends)
-    batch_size: int = 64  # prompts per backend call (hf); vLLM schedules its own batches
+    batch_size: int = 64  # prompts per backend call (hf; the pipelined engine sends at most this many ready requests at once); vLLM schedules its own batches
     path: Optional[str] = None  # replay: JSON file with a list of raw responses
     harness_rate: float = 0.5  # scripted: how often the teacher uses BPE actions (0..1)
     teacher_slip_rate: float = 0.0  # scripted: share of turns that are a plausible action the env rejects (SFT recovery)
@@ -221,6 +222,7 @@ class GRPOConfig:
     mini_batch_trajectories: int = 128  # trajectories per optimizer step (global); must divide prompts*group
     micro_batch_samples: int = 8  # training rows per forward/backward pass per process
     inner_epochs: int = 1  # passes over each update's rollouts
+    pack_samples: bool = True  # lay a micro-batch's samples end to end in rows with their own position ids (no padding computed; logits only where a loss token is predicted); models whose attention cannot keep packed samples apart fall back to padded rows
     temperature: float = 1.0  # sampling temperature of the rollouts (the loss scores tokens at it); must be > 0
     learning_rate: float = 1e-6  # actor AdamW learning rate
     weight_decay: float = 0.01  # AdamW weight decay
@@ -342,6 +344,7 @@ def validate(cfg: Config) -> Config:
     _choice("env.pool", cfg.env.pool, POOLS)
     _choice("env.prompt_style", cfg.env.prompt_style, PROMPT_STYLES)
     _choice("env.prompt_variant", cfg.env.prompt_variant, PROMPT_VARIANTS)
+    _choice("env.schedule", cfg.env.schedule, ("pipelined", "lockstep"))
     _choice("env.alfworld.size", cfg.env.alfworld.size, ("small", "medium", "large"))
     _choice("env.alfworld.expert", cfg.env.alfworld.expert, ("handcoded", "planner"))
     _choice("env.webshop.backend", cfg.env.webshop.backend, ("sim", "real"))

@@ -1,7 +1,11 @@
-"""Rollout-engine overhead: harness/parsing/prompts vs the raw env pool, and engine vs backend tokens/s.
+"""Rollout-engine overhead: harness/parsing/prompts vs the raw env pool, and the engine vs its bound.
 
-    python scripts/bench_rollout.py                                  # ALFWorld, scripted + hf + vllm
+    python scripts/bench_rollout.py --json bench_rollout.json       # ALFWorld, scripted + hf + vllm
     python scripts/bench_rollout.py --env webshop --backends scripted,hf
+
+The script pins itself: the backend (this process) on `--backend-core`, the environment
+workers on `--env-core` (default cores 0 and 1), so what is measured is overlap, not
+thread count.
 
 1. `scripted` (no model cost): the rollout engine plays the tasks with the env's expert
    (harness mode adaptive and env_only); then the same env actions are replayed on the
@@ -9,10 +13,19 @@
    env steps/s (harness steps cost the rollout time but are not counted), so
    ratio = rollout / raw measures everything the engine adds. Target: >= 0.9.
 2. `hf` / `vllm` on a tiny model (`--model`, default: `init-model size=tiny` in a temp
-   dir): generated tokens/s of `engine.run`, and of the backend alone on exactly the
-   batches the engine sent (recorded). Ratio = engine / backend.
-
-Both ratios are printed side by side at the end.
+   dir), each with the `pipelined` schedule and, for comparison, `lockstep`:
+   - `engine_tokens_per_s`: generated tokens / wall time of `engine.run`;
+   - `backend_alone_tokens_per_s`: the backend alone on the same requests (recorded from
+     the engine, each with its own seed), at most `--tasks` at a time -- the most the
+     engine can have in flight;
+   - `env_alone_steps_per_s`: the pool alone on the same env actions (raw commands);
+   - `engine_vs_bound` = max(backend-alone wall, env-alone wall) / engine wall (target
+     >= 0.85): 1.0 means the engine costs no more than its slower side alone.
+   Each is the best of `--repeats` measurements (the machine may be shared). A model
+   that has not been trained answers mostly with unparsable actions, which cost a turn
+   but no env step: pass an SFT checkpoint as `--model` for a realistic env share.
+3. Scaling (`--scaling`, hf, pipelined): engine throughput with 1 and 2 workers and 1, 2
+   and 4 episodes per worker.
 """
 
 from __future__ import annotations
@@ -108,45 +121,112 @@ def bench_scripted(cfg: Config, tasks: list[str], mode: str) -> dict:
 
 
 class Recording(GenerationBackend):
-    """Passes calls through to a backend and keeps every batch of requests it was sent."""
+    """Passes calls through to a backend (streaming too) and keeps every request it was sent."""
 
     def __init__(self, inner: GenerationBackend):
-        self.inner, self.batches = inner, []
+        self.inner, self.requests = inner, []
         self.uses_tokens = inner.uses_tokens
         self.tokenizer = getattr(inner, "tokenizer", None)
+        self.streams = getattr(inner, "streams", False)
+        self.batch_size = getattr(inner, "batch_size", None)
 
     def generate(self, requests, sampling):
-        self.batches.append(requests)
+        self.requests.extend(requests)
         return self.inner.generate(requests, sampling)
+
+    def submit(self, request, sampling) -> None:
+        self.requests.append(request)
+        self.inner.submit(request, sampling)
+
+    def poll(self):
+        return self.inner.poll()
 
     def release(self) -> None:
         self.inner.release()
 
 
-def bench_model(cfg: Config, tasks: list[str], backend_name: str, model: str, args) -> dict:
+def pin_workers(pool: EnvPool, core: int) -> None:
+    for pid in pool.worker_pids():
+        os.sched_setaffinity(pid, {core})
+
+
+def model_engine(cfg: Config, backend, tasks: list[str], workers: int, live: int, schedule: str, args):
+    sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
+    pool = EnvPool(env_factory(cfg.env), workers, cfg.env.step_timeout_s)
+    pin_workers(pool, args.env_core)
+    engine = RolloutEngine(pool, backend, backend.tokenizer, sampling, cfg.policy.max_prompt_tokens, live,
+                           max_trajectory_tokens=cfg.policy.max_trajectory_tokens, schedule=schedule)
+    return engine, sampling
+
+
+def bench_model(cfg: Config, tasks: list[str], backend_name: str, model: str, args) -> list[dict]:
+    """Pipelined and lockstep engine runs of one backend, each next to its two bounds."""
     from evoharness_rl.engines import make_backend
 
     cfg = replace(cfg, policy=replace(cfg.policy, backend=backend_name, max_new_tokens=args.max_new_tokens,
-                                      temperature=1.0, top_p=1.0),
+                                      temperature=1.0, top_p=1.0, batch_size=args.tasks),
                   model=replace(cfg.model, path=model, dtype="float32"))
     cfg.env.max_steps_eval = args.model_steps
     backend = Recording(make_backend(cfg))
-    sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
-    pool = EnvPool(env_factory(cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
     jobs = [EpisodeJob(t, seed=cfg.seed) for t in tasks]
-    with RolloutEngine(pool, backend, backend.tokenizer, sampling, cfg.policy.max_prompt_tokens, len(jobs),
-                       max_trajectory_tokens=cfg.policy.max_trajectory_tokens) as engine:
-        engine.run(jobs[:2], episode_settings(cfg))  # warm-up: envs, kernels, caches
-        backend.batches = []
-        engine.run(jobs, episode_settings(cfg))
-        engine_tps = engine.stats.generated_tokens / engine.stats.wall_s
-        tokens, start = 0, time.perf_counter()
-        for batch in backend.batches:
-            tokens += sum(len(c.completion_ids) for c in backend.inner.generate(batch, sampling))
-        backend_tps = tokens / (time.perf_counter() - start)
-    return {"backend": backend_name, "turns": engine.stats.turns, "engine_tokens_per_s": engine_tps,
-            "backend_tokens_per_s": backend_tps, "ratio": engine_tps / backend_tps,
-            "generate_share": engine.stats.generate_s / engine.stats.wall_s}
+    settings = episode_settings(cfg)
+    results = []
+    try:
+        for schedule in ("pipelined", "lockstep"):
+            engine, sampling = model_engine(cfg, backend, tasks, cfg.env.num_workers, len(jobs), schedule, args)
+            with engine.pool:
+                engine.run(jobs[:2], settings)  # warm-up: envs, kernels, caches
+                stats, backend_s, env_s = None, float("inf"), float("inf")
+                for _ in range(args.repeats):  # best of: the machine may be shared
+                    backend.requests = []
+                    trajs = engine.run(jobs, settings)
+                    if stats is None or engine.stats.wall_s < stats.wall_s:
+                        stats = engine.stats
+                    requests = backend.requests
+                    start = time.perf_counter()
+                    for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
+                        backend.inner.generate(requests[i:i + len(jobs)], sampling)
+                    backend_s = min(backend_s, time.perf_counter() - start)
+                    actions = [env_actions(t) for t in trajs]
+                    env_s = min(env_s, replay_raw(engine.pool, jobs, actions) if any(actions) else 0.0)
+            steps = sum(len(a) for a in actions)
+            results.append({
+                "backend": backend_name, "schedule": schedule, "turns": stats.turns, "env_steps": steps,
+                "generated_tokens": stats.generated_tokens, "engine_wall_s": stats.wall_s,
+                "engine_tokens_per_s": stats.generated_tokens / stats.wall_s,
+                "backend_alone_tokens_per_s": stats.generated_tokens / backend_s,
+                "env_alone_steps_per_s": steps / env_s if env_s else None,
+                "engine_vs_bound": max(backend_s, env_s) / stats.wall_s,
+                "generate_share": stats.generate_s / stats.wall_s,
+            })
+    finally:
+        backend.release()
+    return results
+
+
+def bench_scaling(cfg: Config, tasks: list[str], model: str, args) -> list[dict]:
+    """Pipelined hf engine throughput over workers x episodes per worker."""
+    from evoharness_rl.engines import make_backend
+
+    cfg = replace(cfg, policy=replace(cfg.policy, backend="hf", max_new_tokens=args.max_new_tokens, temperature=1.0,
+                                      top_p=1.0, batch_size=args.tasks),
+                  model=replace(cfg.model, path=model, dtype="float32"))
+    cfg.env.max_steps_eval = args.model_steps
+    backend = make_backend(cfg)
+    rows = []
+    for workers in (1, 2):
+        for per_worker in (1, 2, 4):
+            live = workers * per_worker
+            jobs = [EpisodeJob(t, seed=cfg.seed) for t in (tasks * live)[: 2 * live]]  # two waves of episodes
+            engine, _ = model_engine(cfg, backend, tasks, workers, live, "pipelined", args)
+            with engine.pool:
+                engine.run(jobs[:1], episode_settings(cfg))
+                engine.run(jobs, episode_settings(cfg))
+            s = engine.stats
+            rows.append({"workers": workers, "episodes_per_worker": per_worker, "episodes": len(jobs),
+                         "turns": s.turns, "engine_tokens_per_s": s.generated_tokens / s.wall_s,
+                         "turns_per_s": s.turns / s.wall_s})
+    return rows
 
 
 # --------------------------------------------------------------------------------- main
@@ -162,10 +242,17 @@ def main() -> None:
     parser.add_argument("--model", help="checkpoint for hf/vllm (default: a fresh init-model tiny)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--model-steps", type=int, default=4, help="step budget of the model episodes")
+    parser.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=True,
+                        help="hf throughput over 1, 2 workers x 1, 2, 4 episodes per worker")
+    parser.add_argument("--repeats", type=int, default=2, help="measurements per model run; the fastest is kept")
+    parser.add_argument("--backend-core", type=int, default=0, help="CPU core of this process (the backend)")
+    parser.add_argument("--env-core", type=int, default=1, help="CPU core of the environment workers")
     parser.add_argument("--data-dir", default="data/bench")
+    parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     set_progress(False)
+    os.sched_setaffinity(0, {args.backend_core})
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     cfg = bench_config(args)
     tasks = task_ids(cfg)[: args.tasks]
@@ -173,20 +260,36 @@ def main() -> None:
     scripted = [bench_scripted(cfg, tasks, mode) for mode in ("env_only", "adaptive")] if "scripted" in names else []
     models = [n for n in names if n in ("hf", "vllm")]
     model = args.model
-    if models and not model:
+    if (models or args.scaling) and not model:
         from evoharness_rl.models import init_model
 
         model = str(init_model("tiny", Path(tempfile.mkdtemp(prefix="bench_tiny_")) / "model", seed=args.seed))
-    generated = [bench_model(cfg, tasks, name, model, args) for name in models]
-    print(f"\n{args.env} ({len(tasks)} episodes in flight, {args.workers} workers)")
+    print(f"\n{args.env} ({len(tasks)} episodes in flight, {args.workers} workers; backend on core "
+          f"{args.backend_core}, env workers on core {args.env_core})")
     for r in scripted:
         print(f"scripted {r['mode']:<9} rollout {r['rollout_steps_per_s']:8.1f} env steps/s | raw pool "
               f"{r['raw_steps_per_s']:8.1f} | ratio {r['ratio']:.3f} (target >= 0.9)  "
-              f"[{r['env_steps']} env + {r['harness_steps']} harness steps, success {r['success_rate']:.2f}]")
-    for r in generated:
-        print(f"{r['backend']:<18} engine {r['engine_tokens_per_s']:8.1f} tok/s | backend alone "
-              f"{r['backend_tokens_per_s']:8.1f} tok/s | ratio {r['ratio']:.3f}  "
-              f"[{r['turns']} turns, generate {100 * r['generate_share']:.0f}% of engine wall]")
+              f"[{r['env_steps']} env + {r['harness_steps']} harness steps, success {r['success_rate']:.2f}]", flush=True)
+    generated = []
+    for name in models:
+        for r in bench_model(cfg, tasks, name, model, args):
+            generated.append(r)
+            env = f"{r['env_alone_steps_per_s']:7.1f}" if r["env_alone_steps_per_s"] else "    n/a"
+            print(f"{r['backend']:<5} {r['schedule']:<9} engine {r['engine_tokens_per_s']:7.1f} tok/s | backend alone "
+                  f"{r['backend_alone_tokens_per_s']:7.1f} tok/s | env alone {env} steps/s | engine_vs_bound "
+                  f"{r['engine_vs_bound']:.3f} (target >= 0.85)  [{r['turns']} turns, {r['env_steps']} env steps, "
+                  f"generate {100 * r['generate_share']:.0f}% of engine wall]", flush=True)
+    scaling = bench_scaling(cfg, tasks, model, args) if args.scaling else []
+    for r in scaling:
+        print(f"hf pipelined  {r['workers']} worker(s) x {r['episodes_per_worker']} episode(s): "
+              f"{r['engine_tokens_per_s']:7.1f} tok/s, {r['turns_per_s']:6.2f} turns/s  [{r['turns']} turns]")
+    if args.json:
+        from evoharness_rl.fileio import atomic_write_json
+
+        atomic_write_json(args.json, {"env": args.env, "tasks": len(tasks), "workers": args.workers,
+                                      "backend_core": args.backend_core, "env_core": args.env_core,
+                                      "scripted": scripted, "models": generated, "scaling": scaling})
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -23,10 +23,15 @@ Sampling randomness: never repeats, always reproducible. A backend owns one rand
 stream, seeded from `SamplingSettings.seed` the first time it sees that seed, that
 advances with every `generate` call: two successive calls with identical requests
 sample differently, and two backends built alike give identical samples for the same
-sequence of calls. The `hf` backend draws every batch from that stream; the `vllm`
-backends give each request its own seed, `GenerationRequest.seed` when the caller set one
-(the rollout engine derives it from the run seed, task, sample and turn, so a sample
-does not depend on how requests were batched) or else the next number of the stream.
+sequence of calls. Every token backend samples each request from its own seed,
+`GenerationRequest.seed` when the caller set one (the rollout engine derives it from the
+run seed, task, sample and turn, so a sample does not depend on how or when requests were
+batched) or else the next number of the stream, drawn in request order.
+
+Streaming (`streams = True`, the offline vLLM engine): besides `generate`, the backend
+keeps a request queue that the pipelined rollout engine feeds one request at a time as
+episodes become ready -- `submit(request, sampling)`, then `poll()` runs one scheduling
+step and returns the requests that finished, as (request key, Completion) pairs.
 """
 
 from __future__ import annotations
@@ -96,10 +101,24 @@ class GenerationBackend(abc.ABC):
     """Base class of generation backends."""
 
     uses_tokens: bool = True  # token backends need prompt_ids; text backends need messages
+    streams: bool = False  # has a request queue (submit/poll): the pipelined engine batches continuously
+
+    @property
+    def micro_batch(self) -> Optional[int]:
+        """Most requests the pipelined engine sends in one `generate` call (None: all that are ready)."""
+        return getattr(self, "batch_size", None)
 
     @abc.abstractmethod
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
         """Generate one completion per request, in order."""
+
+    def submit(self, request: GenerationRequest, sampling: SamplingSettings) -> None:
+        """Streaming backends: queue one request (its key must be unique among those not yet polled)."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream; call generate")
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        """Streaming backends: one scheduling step; the (key, completion) of every request that finished."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream; call generate")
 
     def update_weights(self, model: Any) -> None:
         """Load the trainer's current weights (no-op for backends without a model)."""

@@ -8,10 +8,13 @@ logits. With top_p = 1 this equals `log_softmax(logits / T)`, which a trainer ca
 recompute from a teacher-forced forward pass; with top_p < 1 the nucleus
 renormalisation makes the two differ by design.
 
-How: `generate` applies its own warpers *after* any custom logits processors, so we ask
-it for plain multinomial sampling (temperature 1, no top-k/top-p) and pass our own
-temperature and top-p warpers followed by `_SampledLogprobs`, which sees exactly the
-scores `generate` samples from. The model's own `generation_config` (checkpoints often
+How: `generate` runs greedy over our own logits processors: the temperature and top-p
+warpers, `_SampledLogprobs` (which sees exactly the scores sampled from), then
+`_SeededSampler`, which draws each row's token from that row's own generator (seeded by
+`GenerationRequest.seed`, else the next number of the backend's stream) and leaves only
+that token possible. A request's sample therefore depends on its seed and its scores,
+never on which requests shared its batch (the pipelined rollout engine batches whatever
+is ready), and the global torch generator is never touched. The model's own `generation_config` (checkpoints often
 ship top_k/top_p/temperature defaults) is set aside during the call so it cannot leak in.
 """
 
@@ -61,6 +64,19 @@ class _SampledLogprobs(LogitsProcessor):
         self.steps.append(self._last.gather(1, tokens[:, None].to(self._last.device))[:, 0])
 
 
+class _SeededSampler(LogitsProcessor):
+    """Samples each row from its own seeded generator and masks every other token (generate then picks it)."""
+
+    def __init__(self, seeds: list[int], device: Any):
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        probs = torch.softmax(scores.float(), dim=-1)  # [B, V]
+        picked = torch.cat([torch.multinomial(probs[row], 1, generator=g) for row, g in enumerate(self.generators)])
+        forced = torch.full_like(scores, float("-inf"))
+        return forced.scatter_(1, picked[:, None], 0.0)  # [B, V]: only the sampled token is possible
+
+
 class HFBackend(GenerationBackend):
     """transformers `generate` over prompt token ids; exact completion ids and sampling logprobs."""
 
@@ -92,25 +108,20 @@ class HFBackend(GenerationBackend):
         for i, request in enumerate(requests):
             if not request.prompt_ids:
                 raise ValueError(f"request {i} (key {request.key!r}) has no prompt_ids; the hf backend needs token ids")
+        # Each request's own seed (base.py), drawn in request order before any batching.
+        seeds = [r.seed if r.seed is not None else self._stream.next_seed(sampling.seed) for r in requests]
         # Similar lengths share a batch (less padding); results go back in request order.
         order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
         results: list[Optional[Completion]] = [None] * len(requests)
-        with _eval_mode(self.model), _neutral_generation_config(self.model), self._random_stream(sampling):
+        with _eval_mode(self.model), _neutral_generation_config(self.model):
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start : start + self.batch_size]
-                for i, completion in zip(chunk, self._generate_batch([requests[i].prompt_ids for i in chunk], sampling)):
+                outputs = self._generate_batch([requests[i].prompt_ids for i in chunk], sampling, [seeds[i] for i in chunk])
+                for i, completion in zip(chunk, outputs):
                     results[i] = completion
         return results  # type: ignore[return-value]
 
-    @contextlib.contextmanager
-    def _random_stream(self, sampling: SamplingSettings):
-        """Sample from this backend's stream (base.py); the caller's global torch RNG is left as it was."""
-        device = next(self.model.parameters()).device
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            torch.manual_seed(self._stream.next_seed(sampling.seed))
-            yield
-
-    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingSettings) -> list[Completion]:
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingSettings, seeds: list[int]) -> list[Completion]:
         device = next(self.model.parameters()).device
         input_ids, attention_mask = _left_pad(prompts, self.pad_id, device)
         recorder = _SampledLogprobs(input_ids.shape[1])
@@ -121,10 +132,11 @@ class HFBackend(GenerationBackend):
         if not greedy and sampling.top_p < 1.0:
             processors.append(TopPLogitsWarper(sampling.top_p))
         processors.append(recorder)
-        plain_sampling = {} if greedy else dict(temperature=1.0, top_k=0, top_p=1.0)  # the warping is ours
+        if not greedy:
+            processors.append(_SeededSampler(seeds, device))  # the sampling is ours: generate runs greedy
         config = GenerationConfig(
-            do_sample=not greedy, max_new_tokens=sampling.max_new_tokens, eos_token_id=self.stop_ids,
-            pad_token_id=self.pad_id, use_cache=True, **plain_sampling,
+            do_sample=False, max_new_tokens=sampling.max_new_tokens, eos_token_id=self.stop_ids,
+            pad_token_id=self.pad_id, use_cache=True,
         )
         sequences = self.model.generate(
             input_ids=input_ids, attention_mask=attention_mask, generation_config=config, logits_processor=processors,

@@ -117,6 +117,9 @@ class VLLMBackend(GenerationBackend):
         self._scratch = Path(tempfile.mkdtemp(prefix="evoharness-vllm-"))  # adapters / weights saved for loading
         self._asleep = False
         self._stream = SamplingStream()
+        self._request_ids = itertools.count()  # streaming: engine request ids
+        self._queued: dict[str, str] = {}  # streaming: engine request id -> request key
+        self._polled: list[tuple[str, Completion]] = []  # streaming: answered without the engine (errors)
 
     # -- generation ---------------------------------------------------------------------
 
@@ -145,6 +148,39 @@ class VLLMBackend(GenerationBackend):
                 self.llm.sleep(level=1)
                 self._asleep = True
         return results  # type: ignore[return-value]
+
+    # -- streaming (continuous batching for the pipelined rollout engine) ---------------------
+
+    @property
+    def streams(self) -> bool:  # type: ignore[override]
+        return not self.sleep  # sleep mode frees the engine between `generate` calls; a queue never drains
+
+    def submit(self, request: GenerationRequest, sampling: SamplingSettings) -> None:
+        """Queue `request` in the engine; it joins the running batch at the next `poll`."""
+        from vllm.inputs import TokensPrompt
+
+        _check_prompts([request], "vllm")
+        room = self.max_model_len - len(request.prompt_ids)
+        if room < 1:
+            self._polled.append((request.key, Completion(text="", finish_reason="error", error=(
+                f"prompt of {len(request.prompt_ids)} tokens leaves no room in the engine's "
+                f"max_model_len={self.max_model_len}; lower policy.max_prompt_tokens"))))
+            return
+        request_id = f"stream-{next(self._request_ids)}"
+        params = self._params(sampling, min(sampling.max_new_tokens, room), self._seed(request, sampling))
+        self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(request.prompt_ids)), params,
+                                        lora_request=self._lora)
+        self._queued[request_id] = request.key
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        """One engine step (every running request advances one token); the requests that finished."""
+        done, self._polled = self._polled, []
+        engine = self.llm.llm_engine
+        if engine.has_unfinished_requests():
+            for output in engine.step():
+                if output.finished:
+                    done.append((self._queued.pop(output.request_id), self._completion(output.outputs[0])))
+        return done
 
     def _seed(self, request: GenerationRequest, sampling: SamplingSettings) -> int:
         """The request's own seed, or the next of the stream: identical prompts in a GRPO group must differ."""

@@ -12,15 +12,28 @@ Units (every batch knob names its unit):
 - mini-batch: `grpo.mini_batch_trajectories` trajectories (global) per optimizer step;
 - micro-batch: at most `grpo.micro_batch_samples` rows per forward/backward, per process.
 
-Rows are left-padded so that every row's loss tokens sit in the last K positions; the
-model then only computes logits for those K positions (`logits_to_keep`), which for
-per-turn samples (long prompt, short completion) saves most of the LM-head cost.
+Two layouts of a micro-batch, the same [B, K] loss tensors (B samples, the last K tokens of
+each, right-aligned):
+- packed (`pack`, `grpo.pack_samples`, where the model supports it -- `policy.packing_works`):
+  samples are laid end to end in rows as wide as the longest one (first-fit decreasing),
+  each restarting its position ids at 0 and no attention mask, so the model's attention
+  keeps every sample to itself (transformers reads packed sequences from the position ids:
+  a block-diagonal causal mask, or varlen flash attention on a GPU). When sharing rows
+  would save little (fewer than `SHARE_ROWS_GAIN` times fewer rows), each sample keeps a
+  row of its own, right-padded, and the rows need no mask at all: plain causal attention,
+  whose fast kernels a block mask would lose. Either way the LM head runs only on the
+  positions that predict a loss token;
+- padded (`collate`, the fallback): one row per sample, left-padded so that every row's
+  loss tokens sit in the last K positions; the model then only computes logits for those
+  K positions (`logits_to_keep`), which for per-turn samples (long prompt, short
+  completion) saves most of the LM-head cost.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -110,6 +123,7 @@ class Sample:
     old_logprobs: list[float]  # sampling logprob of each token (0 where loss_mask is 0)
     advantage: float  # the trajectory's group-normalised advantage
     trajectory: int  # index of the trajectory in the update's batch
+    ref_logprobs: Optional[list[float]] = None  # reference logprob of each token, once the update's no-grad pass ran
 
     @property
     def loss_tokens(self) -> int:
@@ -170,51 +184,126 @@ def _accumulated_sample(traj, advantage: float, index: int) -> list[Sample]:
 
 @dataclass
 class MicroBatch:
-    """Left-padded tensors of up to `micro_batch_samples` rows; loss tokens in the last K positions."""
+    """Model inputs of up to `micro_batch_samples` samples (padded or packed) and their [B, K] loss tensors."""
 
-    input_ids: torch.Tensor  # [B, L]
-    attention_mask: torch.Tensor  # [B, L] 1 on real tokens
-    position_ids: torch.Tensor  # [B, L] 0-based positions of real tokens (0 on padding)
-    targets: torch.Tensor  # [B, K] the last K tokens of each row (what the kept logits predict)
+    input_ids: torch.Tensor  # [B, L] padded | [R, W] packed rows
+    attention_mask: Optional[torch.Tensor]  # [B, L] 1 on real tokens | None when packed (the position ids tell)
+    position_ids: torch.Tensor  # [B, L] | [R, W]: 0-based positions within each sample
+    targets: torch.Tensor  # [B, K] the last K tokens of each sample (what the kept logits predict)
     loss_mask: torch.Tensor  # [B, K] 1 on policy tokens
     old_logp: torch.Tensor  # [B, K] behaviour logprobs
     adv: torch.Tensor  # [B]
+    ref_logp: Optional[torch.Tensor] = None  # [B, K] reference logprobs (from the update's no-grad pass)
+    keep_positions: Optional[torch.Tensor] = None  # packed: [N] positions of the flattened rows that predict a loss token
+    gather: Optional[torch.Tensor] = None  # packed: [B, K] index into keep_positions of each loss token (0 elsewhere)
+    tokens: int = 0  # real (non-padding) tokens the model reads
 
     @property
     def keep(self) -> int:
         """K: trailing positions that hold every loss token."""
         return self.targets.shape[1]
 
+    @property
+    def packed(self) -> bool:
+        return self.keep_positions is not None
+
     def to(self, device) -> "MicroBatch":
-        return MicroBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids,
-                                                    self.targets, self.loss_mask, self.old_logp, self.adv)))
+        moved = {name: (value.to(device) if isinstance(value, torch.Tensor) else value)
+                 for name, value in vars(self).items()}
+        return MicroBatch(**moved)
+
+
+def _right_aligned(rows: list[list], width: int, fill) -> list[list]:
+    """The last `width` items of each row, left-filled with `fill` up to `width`."""
+    return [[fill] * (width - len(r[-width:])) + list(r[-width:]) for r in rows]
+
+
+def _loss_window(samples: list[Sample]) -> tuple[int, dict[str, Optional[torch.Tensor]]]:
+    """K and the right-aligned [B, K] targets, loss mask, behaviour (and reference) logprobs of `samples`."""
+    K = max(len(s.input_ids) - s.loss_mask.index(1) if 1 in s.loss_mask else 1 for s in samples)
+    with_ref = all(s.ref_logprobs is not None for s in samples)
+    window = dict(
+        targets=torch.tensor(_right_aligned([s.input_ids for s in samples], K, 0), dtype=torch.long),
+        loss_mask=torch.tensor(_right_aligned([s.loss_mask for s in samples], K, 0), dtype=torch.long),
+        old_logp=torch.tensor(_right_aligned([s.old_logprobs for s in samples], K, 0.0), dtype=torch.float32),
+        ref_logp=(torch.tensor(_right_aligned([s.ref_logprobs for s in samples], K, 0.0), dtype=torch.float32)
+                  if with_ref else None),
+        adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+    )
+    return K, window
 
 
 def collate(samples: list[Sample], pad_id: int) -> MicroBatch:
     """Left-pad `samples` into one MicroBatch (see module docstring for why left padding)."""
     L = max(len(s.input_ids) for s in samples)
-    K = max(len(s.input_ids) - s.loss_mask.index(1) if 1 in s.loss_mask else 1 for s in samples)
-    B = len(samples)
-    input_ids = torch.full((B, L), pad_id, dtype=torch.long)
-    attention = torch.zeros(B, L, dtype=torch.long)
-    loss_mask = torch.zeros(B, L, dtype=torch.long)
-    old_logp = torch.zeros(B, L, dtype=torch.float32)
-    for row, s in enumerate(samples):
-        n = len(s.input_ids)
-        input_ids[row, L - n:] = torch.tensor(s.input_ids, dtype=torch.long)
-        attention[row, L - n:] = 1
-        loss_mask[row, L - n:] = torch.tensor(s.loss_mask, dtype=torch.long)
-        old_logp[row, L - n:] = torch.tensor(s.old_logprobs, dtype=torch.float32)
+    K, window = _loss_window(samples)
+    input_ids = torch.tensor(_right_aligned([s.input_ids for s in samples], L, pad_id), dtype=torch.long)
+    attention = torch.tensor(_right_aligned([[1] * len(s.input_ids) for s in samples], L, 0), dtype=torch.long)
     position_ids = (attention.cumsum(dim=1) - 1).clamp(min=0)  # [B, L]
-    return MicroBatch(
-        input_ids=input_ids,
-        attention_mask=attention,
-        position_ids=position_ids,
-        targets=input_ids[:, L - K:],
-        loss_mask=loss_mask[:, L - K:],
-        old_logp=old_logp[:, L - K:],
-        adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
-    )
+    window["targets"] = input_ids[:, L - K:]  # the same values; padding ids where a row is shorter than K
+    return MicroBatch(input_ids=input_ids, attention_mask=attention, position_ids=position_ids,
+                      tokens=sum(len(s.input_ids) for s in samples), **window)
+
+
+SHARE_ROWS_GAIN = 1.25  # samples share rows only when that needs this many times fewer rows than one per row
+
+
+def pack(samples: list[Sample], pad_id: int) -> MicroBatch:
+    """Lay `samples` end to end in rows as wide as the longest (first-fit decreasing); see module docstring."""
+    W = max(len(s.input_ids) for s in samples)
+    rows: list[list[int]] = []  # sample indices per row
+    room: list[int] = []
+    for i in sorted(range(len(samples)), key=lambda i: -len(samples[i].input_ids)):
+        n = len(samples[i].input_ids)
+        r = next((r for r, free in enumerate(room) if free >= n), None)
+        if r is None:
+            rows.append([])
+            room.append(W)
+            r = len(rows) - 1
+        rows[r].append(i)
+        room[r] -= n
+    shared = len(samples) > SHARE_ROWS_GAIN * len(rows)
+    if not shared:  # one sample per row: no row holds two samples, so plain causal attention needs no mask
+        rows = [[i] for r in rows for i in r]
+    ids: list[list[int]] = []
+    positions: list[list[int]] = []
+    start: dict[int, int] = {}  # sample -> its first position in the flattened rows
+    for r, members in enumerate(rows):
+        row_ids: list[int] = []
+        row_positions: list[int] = []
+        for i in members:
+            start[i] = r * W + len(row_ids)
+            row_ids += samples[i].input_ids
+            row_positions += range(len(samples[i].input_ids))
+        tail = W - len(row_ids)
+        ids.append(row_ids + [pad_id] * tail)
+        # Shared rows: the tail padding is a segment of its own. Own rows: it continues the sample's positions,
+        # so every row reads as one sequence and the model uses its plain causal attention (the padding comes
+        # after every real token, which therefore never sees it).
+        positions.append(row_positions + list(range(tail)) if shared else list(range(W)))
+    K, window = _loss_window(samples)
+    # Positions (in the flattened [R * W] rows) that predict a loss token: position p predicts the token at p + 1.
+    wanted: list[tuple[int, int, int]] = []  # (sample, K column, predicting position)
+    for i, s in enumerate(samples):
+        n = len(s.input_ids)
+        mask = s.loss_mask
+        for t in range(max(1, n - K), n):
+            if mask[t]:
+                wanted.append((i, K - n + t, start[i] + t - 1))
+    kept = sorted({p for _, _, p in wanted}) or [0]
+    at = {p: u for u, p in enumerate(kept)}
+    gather = [[0] * K for _ in samples]
+    for i, j, p in wanted:
+        gather[i][j] = at[p]
+    return MicroBatch(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=None,
+                      position_ids=torch.tensor(positions, dtype=torch.long),
+                      keep_positions=torch.tensor(kept, dtype=torch.long), gather=torch.tensor(gather, dtype=torch.long),
+                      tokens=sum(len(s.input_ids) for s in samples), **window)
+
+
+def build(samples: list[Sample], pad_id: int, packed: bool) -> MicroBatch:
+    """The micro-batch of `samples`: packed when the model supports it (`policy.packing_works`), else padded."""
+    return pack(samples, pad_id) if packed else collate(samples, pad_id)
 
 
 def padding_sample(pad_id: int) -> Sample:

@@ -171,6 +171,26 @@ def policy_loss(
     `denom` overrides the normaliser (see module docstring); None: this batch's own count.
     Returns (scalar loss, stats) with stats averaged over loss tokens (`ratio_max`: their largest ratio).
     """
+    loss, stats = policy_loss_tensors(logp, old_logp, adv, mask, clip_eps, ref_logp, kl_coef, entropy, entropy_coef,
+                                      agg, denom)
+    return loss, {k: float(v) for k, v in stats.items()}
+
+
+def policy_loss_tensors(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+    ref_logp: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    agg: str = "token_mean",
+    denom: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """`policy_loss` with its statistics left as 0-d tensors on the loss's device: the trainer sums them over
+    micro-batches and copies them to the host once per optimizer step instead of once per statistic."""
     if agg not in LOSS_AGGREGATIONS:
         raise ValueError(f"agg={agg!r}; expected one of {LOSS_AGGREGATIONS}")
     if not (logp.shape == old_logp.shape == mask.shape) or adv.shape != logp.shape[:1]:
@@ -197,14 +217,15 @@ def policy_loss(
 
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
+        zero = zeros.sum()
         stats = {
-            "clip_frac": float(((pg_loss2 > pg_loss1) & mask).sum() / n),
-            "approx_kl": float(torch.where(mask, ratio - 1.0 - log_ratio, zeros).sum() / n),  # k3 of KL(old || new)
-            "kl_ref": float(torch.where(mask, kl, zeros).sum() / n),
-            "entropy": float(torch.where(mask, entropy, zeros).sum() / n) if entropy is not None else 0.0,
-            "ratio_mean": float(torch.where(mask, ratio, zeros).sum() / n),
-            "ratio_max": float(torch.where(mask, ratio, zeros).max()) if mask.any() else 0.0,
-            "tokens": float(mask.sum()),
+            "clip_frac": ((pg_loss2 > pg_loss1) & mask).sum() / n,
+            "approx_kl": torch.where(mask, ratio - 1.0 - log_ratio, zeros).sum() / n,  # k3 of KL(old || new)
+            "kl_ref": torch.where(mask, kl, zeros).sum() / n,
+            "entropy": torch.where(mask, entropy, zeros).sum() / n if entropy is not None else zero,
+            "ratio_mean": torch.where(mask, ratio, zeros).sum() / n,
+            "ratio_max": torch.where(mask, ratio, zeros).max() if mask.numel() else zero,  # 0 when no loss token
+            "tokens": mask.sum().to(logp.dtype),
         }
     return loss, stats
 

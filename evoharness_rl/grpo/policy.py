@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import weakref
 from typing import Optional
 
 import torch
@@ -85,6 +86,8 @@ def token_logprobs(
     Logits are computed only for the kept positions and turned into float32 logprobs one
     row at a time, so memory stays at one [K, V] float32 block beyond the model's logits.
     """
+    if batch.packed:
+        return _packed_logprobs(model, batch, entropy, temperature)
     keep = batch.keep
     out = model(
         input_ids=batch.input_ids,
@@ -94,14 +97,81 @@ def token_logprobs(
         use_cache=False,
     )
     logits = out.logits[:, :-1]  # [B, K, V]: position t predicts token t + 1
+    logp, ent = _row_logprobs(logits, batch.targets, entropy, temperature)
+    return logp, ent
+
+
+def _row_logprobs(logits: torch.Tensor, targets: torch.Tensor, entropy: str, temperature: float
+                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """logits [R, N, V], targets [R, N] -> (logp [R, N], entropy [R, N] or None), one float32 row at a time."""
     logps, entropies = [], []
     for row in range(logits.shape[0]):
-        row_logits = logits[row].float() / temperature  # [K, V]
-        log_norm = torch.logsumexp(row_logits, dim=-1)  # [K]
-        logps.append(row_logits.gather(-1, batch.targets[row, :, None]).squeeze(-1) - log_norm)  # [K]
+        row_logits = logits[row].float() / temperature  # [N, V]
+        log_norm = torch.logsumexp(row_logits, dim=-1)  # [N]
+        logps.append(row_logits.gather(-1, targets[row, :, None]).squeeze(-1) - log_norm)  # [N]
         if entropy != "none":
             with torch.no_grad() if entropy == "detached" else contextlib.nullcontext():
-                probs = torch.softmax(row_logits, dim=-1)  # [K, V]
-                entropies.append(log_norm - (probs * row_logits).sum(-1))  # [K]
-    logp = torch.stack(logps)  # [B, K]
-    return logp, (torch.stack(entropies) if entropies else None)
+                probs = torch.softmax(row_logits, dim=-1)  # [N, V]
+                entropies.append(log_norm - (probs * row_logits).sum(-1))  # [N]
+    return torch.stack(logps), (torch.stack(entropies) if entropies else None)
+
+
+def _packed_logprobs(model, batch: MicroBatch, entropy: str, temperature: float
+                     ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """Packed rows (batch.py): the LM head sees only the positions that predict a loss token, whose values are
+    then put at their [B, K] slots."""
+    with _only_positions(model, batch.keep_positions):
+        out = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False)
+        # no attention mask: the position ids mark where each sample starts
+    targets = batch.input_ids.reshape(-1)[batch.keep_positions + 1]  # [N]: position p predicts p + 1
+    logp, ent = _row_logprobs(out.logits, targets[None], entropy, temperature)  # [1, N] x2
+    logp = logp[0][batch.gather]  # [B, K] (slots without a loss token hold any value; the mask drops them)
+    return logp, (ent[0][batch.gather] if ent is not None else None)
+
+
+@contextlib.contextmanager
+def _only_positions(model, positions: torch.Tensor):
+    """During the forward, hand the LM head only the final hidden states at `positions` of the flattened rows
+    (logits [1, N, V]); a hook inside the model's own forward, so DDP/FSDP/DeepSpeed wrappers see a normal call."""
+    head = _unwrap(model).get_output_embeddings()
+    if head is None:
+        raise TypeError(f"{type(_unwrap(model)).__name__} has no output embeddings to restrict")
+
+    def gather(module, args):
+        hidden = args[0]  # [R, W, H]
+        return (hidden.reshape(-1, hidden.shape[-1])[positions][None],) + tuple(args[1:])
+
+    handle = head.register_forward_pre_hook(gather)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+_PACKING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> packed rows work (checked once)
+
+
+@torch.no_grad()
+def packing_works(model) -> bool:
+    """Whether `model` keeps packed samples apart (transformers' packed-sequence masks / varlen attention).
+
+    Checked once per model on two short samples against the padded layout; a model whose
+    attention ignores packed position ids (older or remote-code architectures) fails the
+    check and trains on padded micro-batches instead.
+    """
+    key = model
+    if key not in _PACKING:
+        from evoharness_rl.grpo.batch import Sample, collate, pack
+
+        samples = [Sample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], [0.0] * 5, 0.0, 0),
+                   Sample([10, 11, 12], [0, 1, 1], [0.0] * 3, 0.0, 1),
+                   Sample([13, 14], [0, 1], [0.0] * 2, 0.0, 2)]  # two of them share a packed row
+        device = next(model.parameters()).device
+        try:
+            packed = token_logprobs(model, pack(samples, 0).to(device))[0]
+            padded = token_logprobs(model, collate(samples, 0).to(device))[0]
+            mask = collate(samples, 0).loss_mask.bool().to(device)
+            _PACKING[key] = bool(torch.allclose(packed[mask].float(), padded[mask].float(), atol=1e-3))
+        except Exception:  # noqa: BLE001 - any model that cannot take the packed inputs trains padded
+            _PACKING[key] = False
+    return _PACKING[key]

@@ -7,6 +7,7 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
     trajs    <- group_size episodes per task with the current policy      (RolloutEngine)
     rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff          (core.reward_components)
     adv      <- centred within each task's group, scaled by grpo.scale_rewards    (core.group_advantages)
+    ref      <- one no-grad pass over the update's samples: reference (and recomputed old) logprobs
     for each inner epoch, for each mini-batch of trajectories:
         PPO-clip loss vs. the behaviour logprobs + k3 KL to the SFT reference - entropy bonus
         AdamW step (grad clip)
@@ -50,7 +51,7 @@ from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo import core
 from evoharness_rl.grpo.build import Run, setup, sharded
 from evoharness_rl.grpo.metrics import StatSums, gather_objects, memory_metrics, rollout_metrics
-from evoharness_rl.grpo.policy import token_logprobs
+from evoharness_rl.grpo.policy import packing_works, token_logprobs
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 
@@ -221,8 +222,7 @@ def optimise(run: Run, scored: Scored, u: int) -> dict:
         if trains:
             samples.extend(B.samples_from_trajectory(traj, adv, i))
             train_ids.append(i)
-    if cfg.grpo.old_logprobs == "recompute":
-        recompute_old_logprobs(run, samples)
+    score_samples(run, samples)
     for epoch in range(cfg.grpo.inner_epochs):
         rng = random.Random(derive_seed(cfg.seed, u, epoch, run.accelerator.process_index))
         for mini_batch in B.mini_batches(samples, train_ids, plan, rng):
@@ -234,19 +234,33 @@ def optimise(run: Run, scored: Scored, u: int) -> dict:
 
 
 @torch.no_grad()
-def recompute_old_logprobs(run: Run, samples: list[B.Sample]) -> None:
-    """grpo.old_logprobs=recompute: the behaviour logprobs of every sample from a forward pass of the policy as
-    it is before this update's first step (instead of the sampler's), written into the samples in place."""
-    pad_id, temperature = run.tokenizer.pad_token_id, run.cfg.grpo.temperature
+def score_samples(run: Run, samples: list[B.Sample]) -> None:
+    """The update's one no-grad pass, before its first step, micro-batched like the training passes: the
+    reference logprobs of every sample (KL term) and, with grpo.old_logprobs=recompute, the behaviour logprobs
+    from the policy as it is now (instead of the sampler's), written into the samples in place."""
+    recompute = run.cfg.grpo.old_logprobs == "recompute"
+    if run.reference is None and not recompute:
+        return
+    pad_id, temperature, packed = run.tokenizer.pad_token_id, run.cfg.grpo.temperature, packs(run)
     for rows in B.micro_batches(samples, run.plan.micro_batch_samples):
-        batch = B.collate(rows, pad_id).to(run.accelerator.device)
-        logp, _ = token_logprobs(run.model, batch, "none", temperature)  # [B, K]
-        logp = logp.cpu()
+        batch = B.build(rows, pad_id, packed).to(run.accelerator.device)
+        ref = run.reference.logprobs(batch).float().cpu().tolist() if run.reference is not None else None  # [B, K]
+        old = token_logprobs(run.model, batch, "none", temperature)[0].float().cpu().tolist() if recompute else None
         for row, sample in enumerate(rows):
             n, k = len(sample.input_ids), batch.keep
+            if ref is not None:
+                sample.ref_logprobs = [0.0] * n
             for j in range(max(0, k - n), k):  # column j of the window is token n - k + j of the sample
                 if sample.loss_mask[n - k + j]:
-                    sample.old_logprobs[n - k + j] = float(logp[row, j])
+                    if ref is not None:
+                        sample.ref_logprobs[n - k + j] = ref[row][j]
+                    if old is not None:
+                        sample.old_logprobs[n - k + j] = old[row][j]
+
+
+def packs(run: Run) -> bool:
+    """Micro-batches are packed (grpo.pack_samples, where the model supports it) or padded."""
+    return run.cfg.grpo.pack_samples and packing_works(run.model)
 
 
 def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
@@ -264,16 +278,20 @@ def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
     if denom == 0:
         return sums  # no process has a loss token in this mini-batch: nothing to learn
     micro += [[B.padding_sample(pad_id)]] * (n_micro - len(micro))
+    packed = packs(run)
+    batches = [B.build(rows, pad_id, packed).to(acc.device) for rows in micro]  # every host-to-device copy up front
     t0 = time.monotonic()
+    step_stats = []  # per micro-batch 0-d tensors: copied to the host once, after the loop
     with accumulation(acc, n_micro):
-        for rows in micro:
-            batch = B.collate(rows, pad_id).to(acc.device)
+        for batch in batches:
             with acc.accumulate(run.model):  # no gradient sync until the last micro-batch
                 loss, stats = micro_loss(run, batch, denom)
                 acc.backward(loss * n_micro)  # backward divides by the accumulation steps; `denom` already normalises
-            sums.add_tokens(stats)
-            sums.count("loss_sum", loss.item())
-            sums.count("train_tokens", int(batch.attention_mask.sum()))
+            step_stats.append({**stats, "loss": loss.detach()})
+            sums.count("train_tokens", batch.tokens)
+    for stats in _host(step_stats):
+        sums.add_tokens(stats)
+        sums.count("loss_sum", stats["loss"])
     grad_norm = acc.clip_grad_norm_(run.model.parameters(), cfg.grpo.max_grad_norm)  # DeepSpeed: its own, clipped
     grad_norm = float(grad_norm) if grad_norm is not None else float("nan")
     if not math.isfinite(grad_norm):
@@ -325,11 +343,22 @@ def _refuse_a_taken_step(run: Run, grad_norm: float) -> None:
 def micro_loss(run: Run, batch: B.MicroBatch, denom: float):
     """GRPO loss of one micro-batch (normalised by the mini-batch's `denom`) and its statistics."""
     g = run.cfg.grpo
-    ref_logp = run.reference.logprobs(batch) if run.reference is not None else None  # [B, K]
+    ref_logp = batch.ref_logp  # [B, K] from score_samples
+    if ref_logp is None and run.reference is not None:  # samples that skipped the update's no-grad pass
+        ref_logp = run.reference.logprobs(batch)
     logp, entropy = token_logprobs(run.model, batch, "grad" if g.entropy_coef > 0 else "detached",
                                    run.cfg.grpo.temperature)  # [B, K] x2
-    return core.policy_loss(logp, batch.old_logp, batch.adv, batch.loss_mask, g.clip_eps, ref_logp, g.kl_coef,
-                            entropy, g.entropy_coef, g.loss_agg, denom)
+    return core.policy_loss_tensors(logp, batch.old_logp, batch.adv, batch.loss_mask, g.clip_eps, ref_logp,
+                                    g.kl_coef, entropy, g.entropy_coef, g.loss_agg, denom)
+
+
+def _host(step_stats: list[dict]) -> list[dict]:
+    """The micro-batches' statistics as floats, in one device-to-host copy."""
+    if not step_stats:
+        return []
+    keys = list(step_stats[0])
+    values = torch.stack([torch.stack([s[k].detach().float() for k in keys]) for s in step_stats]).cpu().tolist()
+    return [dict(zip(keys, row)) for row in values]
 
 
 def _agree_on_sizes(run: Run, micro: list[list[B.Sample]]) -> tuple[int, float]:

@@ -1,9 +1,21 @@
-"""The rollout engine: many episodes in flight, one backend batch per turn, exact tokens.
+"""The rollout engine: many episodes in flight, generation overlapped with environment steps, exact tokens.
 
     engine = build_engine(cfg)                                   # pool + backend from a Config
     trajs = engine.run(jobs, episode_settings(cfg, train=True), experience=snapshot)
 
-Each turn of `run`:
+Two schedules (`env.schedule`), the same records:
+
+`pipelined` (default): an episode's next generation request goes to the backend as soon
+as its observation is back, while the environment workers step the episodes whose
+responses were generated before. The main thread generates; a helper thread owns the
+`EnvPool` and sends it every step that is waiting, in one submission, as soon as the
+previous one is answered. The backend takes the episodes that are ready: token-level
+continuous batching where it has a request queue (`GenerationBackend.streams`: the
+offline vLLM engine), otherwise one `generate` call per micro-batch of at most
+`backend.batch_size` ready requests (hf and the text backends).
+
+`lockstep` (kept for the equivalence test and benchmarks): each turn
+
 
     1. every live episode's prompt goes to the backend in ONE `generate` call
        (token backends get prompt ids; text backends get chat messages; the scripted
@@ -13,6 +25,12 @@ Each turn of `run`:
        return the completed turn and the next prompt;
     3. finished episodes free their slot; queued jobs are reset in those slots while
        the next `generate` runs (an ALFWorld reset can take seconds).
+
+Results do not depend on timing: every record is kept per episode (never per arrival
+order), each request carries its own sampling seed derived from the run seed, task,
+sample and turn (`_request_seed`), and token backends sample each request from that seed
+alone, so the schedule and the batch an episode landed in do not change its sample
+(up to the floating-point differences of different batch shapes).
 
 Tokens (token backends: hf, vllm, vllm_server) are never re-tokenised from text:
 - `per_turn`: the prompt ids of a turn are `encode_prompt(messages)`;
@@ -43,10 +61,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import queue as queues
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, derive_seed
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessSwitches
@@ -56,6 +76,7 @@ from evoharness_rl.rollout.trajectory import Trajectory, Turn
 from evoharness_rl.runlog import ProgressBar
 
 _RUN_IDS = itertools.count()  # episode keys stay unique across runs (replay/scripted backends keep per-key state)
+SCHEDULES = ("pipelined", "lockstep")
 
 
 @dataclass
@@ -119,9 +140,12 @@ class RolloutEngine:
         reward_cfg: Any = None,
         slip_rate: float = 0.0,
         max_trajectory_tokens: int = 8192,
+        schedule: str = "pipelined",
     ):
         if max_live_episodes < 1:
             raise ValueError(f"max_live_episodes={max_live_episodes} must be >= 1")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule={schedule!r}; expected one of {SCHEDULES}")
         if backend.uses_tokens and tokenizer is None:
             raise ValueError(f"{type(backend).__name__} generates from token ids and needs a tokenizer; got None")
         self.pool = pool
@@ -134,6 +158,7 @@ class RolloutEngine:
         self.harness_rate = harness_rate  # scripted teacher: how often it uses BPE verbs
         self.slip_rate = slip_rate  # scripted teacher: share of turns replaced by a rejected plausible mistake
         self.reward_cfg = reward_cfg  # config.RewardConfig: store reward components in each record
+        self.schedule = schedule  # pipelined | lockstep (module docstring)
         self.stats = RolloutStats()
         self._capped: list[_Live] = []  # episodes of this turn at the trajectory cap (`_generate` -> `_step`)
 
@@ -163,13 +188,10 @@ class RolloutEngine:
         queue = deque((i, f"{run_id}:{i}", job) for i, job in enumerate(jobs))
         live: dict[str, _Live] = {}
         try:
-            resets = self._submit_resets(queue, live, version)
-            while live or resets is not None:
-                completions = self._generate(list(live.values()))
-                if resets is not None:
-                    self._admit(resets, live)
-                self._step(completions, live)
-                resets = self._submit_resets(queue, live, version)
+            if self.schedule == "pipelined":
+                self._run_pipelined(queue, live, version)
+            else:
+                self._run_lockstep(queue, live, version)
         finally:
             self._abandon(live)
             self._bar.close()
@@ -186,6 +208,60 @@ class RolloutEngine:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    # -- schedules ---------------------------------------------------------------------------
+
+    def _run_lockstep(self, queue: deque, live: dict[str, _Live], version: int) -> None:
+        resets = self._submit_resets(queue, live, version)
+        while live or resets is not None:
+            completions = self._generate(list(live.values()))
+            if resets is not None:
+                self._admit(resets, live)
+            self._step(completions, live)
+            resets = self._submit_resets(queue, live, version)
+
+    def _run_pipelined(self, queue: deque, live: dict[str, _Live], version: int) -> None:
+        """Generate for the ready episodes while the env thread steps the others (module docstring)."""
+        driver = _StreamDriver(self) if getattr(self.backend, "streams", False) else _BatchDriver(self)
+        envs = _EnvThread(self.pool)
+        ready: deque[_Live] = deque()  # observation back, waiting for the backend
+        resetting = 0  # slots taken by resets not answered yet
+        try:
+            while True:
+                free = self.max_live_episodes - len(live) - resetting
+                if queue and free > 0:
+                    batch = [queue.popleft() for _ in range(min(free, len(queue)))]
+                    envs.put(("reset", batch), self._reset_commands(batch, version))
+                    resetting += len(batch)
+                if not (live or resetting):
+                    break
+                idle = not ready and not driver.busy
+                t0 = time.monotonic()
+                answered = envs.take(block=idle)
+                if idle:
+                    self.stats.env_s += time.monotonic() - t0
+                for (kind, payload), replies in answered:
+                    if kind == "reset":
+                        resetting -= len(payload)
+                        turns = self._admit_replies(payload, replies, live)
+                    elif kind == "capped":
+                        self._end_capped(payload, live, replies[0])
+                        continue
+                    else:
+                        ep, completion = payload
+                        turns = [ep] if self._fold(ep, completion, live, replies, 0) else []
+                    for ep in turns:  # a next turn: its request, or the end at the trajectory cap
+                        if self._prepare(ep):
+                            ready.append(ep)
+                        else:
+                            envs.put(("capped", ep), [Finish(ep.key, capped=True)])
+                for ep, completion in driver.advance(ready):
+                    if completion.error is not None:
+                        envs.put(("step", (ep, completion)), [Finish(ep.key)])
+                    else:
+                        envs.put(("step", (ep, completion)), self._step_commands(ep.key, completion))
+        finally:
+            envs.stop()
+
     # -- admission ---------------------------------------------------------------------------
 
     def _submit_resets(self, queue: deque, live: dict[str, _Live], version: int) -> Optional[tuple]:
@@ -194,16 +270,23 @@ class RolloutEngine:
         if not queue or free <= 0:
             return None
         batch = [queue.popleft() for _ in range(min(free, len(queue)))]
+        return batch, self.pool.submit(self._reset_commands(batch, version))
+
+    def _reset_commands(self, batch: list, version: int) -> list[Any]:
         commands: list[Any] = []
         for _, key, job in batch:
             commands.append(Reset(key, job.task_id, job.seed, self._settings, version))
             if self._needs_teacher:
                 commands.append(Teacher(key, self.harness_rate, self.slip_rate))
-        return batch, self.pool.submit(commands)
+        return commands
 
     def _admit(self, resets: tuple, live: dict[str, _Live]) -> None:
         batch, pending = resets
-        replies = self._collect(pending)
+        self._admit_replies(batch, self._collect(pending), live)
+
+    def _admit_replies(self, batch: list, replies: list[Reply], live: dict[str, _Live]) -> list[_Live]:
+        """Start the episodes whose reset succeeded (returned, in `batch` order); record the failed ones."""
+        started = []
         stride = 2 if self._needs_teacher else 1
         for n, (index, key, job) in enumerate(batch):
             reply = replies[n * stride]
@@ -216,22 +299,32 @@ class RolloutEngine:
             if self._needs_teacher:
                 state.teacher_response = replies[n * stride + 1].value
             live[key] = state
+            started.append(state)
+        return started
 
     # -- one turn -----------------------------------------------------------------------------
 
     def _generate(self, episodes: list[_Live]) -> dict[str, Completion]:
-        """One backend call with the prompts of every live episode (those at the trajectory cap are set aside in
-        `self._capped`: `_step` ends them)."""
-        requests, self._capped = [], []
-        for ep in list(episodes):
-            request = self._request(ep)
-            if self._at_cap(ep):
-                self._capped.append(ep)
-                episodes.remove(ep)
-            else:
-                requests.append(request)
+        """One backend call with the prompts of `episodes` (lockstep: every live episode); those at the
+        trajectory cap are set aside in `self._capped` (`_step` ends them)."""
+        self._capped = [ep for ep in episodes if not self._prepare(ep)]
+        episodes = [ep for ep in episodes if ep.request is not None]
         if not episodes:
             return {}
+        return {ep.key: c for ep, c in zip(episodes, self._generate_batch(episodes))}
+
+    def _prepare(self, ep: _Live) -> bool:
+        """Build this turn's request into `ep.request` (building extends an accumulated sequence, so it
+        happens once per turn); False, with no request, when the episode is at the trajectory cap."""
+        ep.request = self._request(ep)
+        if self._at_cap(ep):
+            ep.request = None
+            return False
+        return True
+
+    def _generate_batch(self, episodes: list[_Live]) -> list[Completion]:
+        """One `generate` call with the requests `_prepare` built for `episodes`."""
+        requests = [ep.request for ep in episodes]
         t0 = time.monotonic()
         completions = self.backend.generate(requests, self.sampling)
         self.stats.generate_s += time.monotonic() - t0
@@ -240,9 +333,7 @@ class RolloutEngine:
                 f"{type(self.backend).__name__}.generate returned {len(completions)} completions "
                 f"for {len(requests)} requests; a backend must answer every request, in order"
             )
-        for ep, request in zip(episodes, requests):
-            ep.request = request
-        return {ep.key: c for ep, c in zip(episodes, completions)}
+        return completions
 
     def _request(self, ep: _Live) -> GenerationRequest:
         teacher = None
@@ -268,26 +359,35 @@ class RolloutEngine:
             positions[key] = len(commands)
             if completion.error is not None:
                 commands.append(Finish(key))  # drop the episode from its worker
-                continue
-            commands.append(Step(key, completion.text))
-            if self._needs_teacher:
-                commands.append(Teacher(key, self.harness_rate, self.slip_rate))
+            else:
+                commands.extend(self._step_commands(key, completion))
         replies = self._collect(self.pool.submit(commands)) if commands else []
         for ep, reply in zip(self._capped, replies):
             self._end_capped(ep, live, reply)
         self._capped = []
         for key, completion in completions.items():
-            ep, reply = live[key], replies[positions[key]]
-            if completion.error is not None:
-                self._fail(ep, live, f"generation failed: {completion.error}")
-            elif not reply.ok:
-                self._fail(ep, live, reply.error)
-            else:
-                self._advance(ep, live, completion, replies, positions[key])
+            self._fold(live[key], completion, live, replies, positions[key])
+
+    def _step_commands(self, key: str, completion: Completion) -> list[Any]:
+        """What the worker runs for one response: the step, then (scripted) the teacher's next response."""
+        if self._needs_teacher:
+            return [Step(key, completion.text), Teacher(key, self.harness_rate, self.slip_rate)]
+        return [Step(key, completion.text)]
+
+    def _fold(self, ep: _Live, completion: Completion, live: dict[str, _Live], replies: list[Reply], at: int
+              ) -> bool:
+        """Fold one response and its worker replies (from `at`) into `ep`; True while the episode goes on."""
+        if completion.error is not None:
+            self._fail(ep, live, f"generation failed: {completion.error}")
+            return False
+        if not replies[at].ok:
+            self._fail(ep, live, replies[at].error)
+            return False
+        return self._advance(ep, live, completion, replies, at)
 
     def _advance(self, ep: _Live, live: dict[str, _Live], completion: Completion, replies: list[Reply], at: int
-                 ) -> None:
-        """Record the completed turn; finish the episode or keep its next prompt."""
+                 ) -> bool:
+        """Record the completed turn; finish the episode (False) or keep its next prompt (True)."""
         update = replies[at].value
         self._record_turn(ep, update.turn, completion)
         if self._needs_teacher:
@@ -295,8 +395,9 @@ class RolloutEngine:
         if update.done:
             del live[ep.key]
             self._done(ep.index, self._assemble(ep, update.trajectory))
-        else:
-            ep.messages = update.messages
+            return False
+        ep.messages = update.messages
+        return True
 
     def _at_cap(self, ep: _Live) -> bool:
         """Accumulated context: the next completion might pass max_trajectory_tokens (see module docstring)."""
@@ -414,6 +515,113 @@ def _constant(text: str) -> str:
     return text
 
 
+# --------------------------------------------------------------------------- pipelined schedule
+
+
+class _EnvThread:
+    """Owns the `EnvPool` during a pipelined run.
+
+    Items (a tag and its commands) queue up while the pool is busy; as soon as the
+    previous submission is answered, every waiting item goes out in one submission (all
+    workers in parallel) and each item's replies come back to the main thread with its tag.
+    """
+
+    def __init__(self, pool: EnvPool):
+        self.pool = pool
+        self._inbox: queues.SimpleQueue = queues.SimpleQueue()
+        self._outbox: queues.SimpleQueue = queues.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name="evoharness-env", daemon=True)
+        self._thread.start()
+
+    def put(self, tag: Any, commands: list[Any]) -> None:
+        self._inbox.put((tag, commands))
+
+    def take(self, block: bool) -> list[tuple[Any, list[Reply]]]:
+        """Every answered item (at least one when `block`); re-raises the thread's error."""
+        answered = []
+        while block and not answered:
+            try:
+                answered.append(self._outbox.get(timeout=1.0))
+            except queues.Empty:
+                if not self._thread.is_alive():
+                    raise RuntimeError("the rollout engine's environment thread stopped unexpectedly") from None
+        while True:
+            try:
+                answered.append(self._outbox.get_nowait())
+            except queues.Empty:
+                break
+        for item in answered:
+            if isinstance(item, BaseException):
+                raise item
+        return answered
+
+    def stop(self) -> None:
+        """Let the submission in progress finish (the pool is the caller's again afterwards)."""
+        self._inbox.put(None)
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while True:
+            items = [self._inbox.get()]
+            while True:
+                try:
+                    items.append(self._inbox.get_nowait())
+                except queues.Empty:
+                    break
+            work = [item for item in items if item is not None]
+            if work:
+                try:
+                    replies = self.pool.call([cmd for _, commands in work for cmd in commands])
+                except BaseException as err:  # noqa: BLE001 - handed to the main thread, which raises it
+                    self._outbox.put(err)
+                    return
+                at = 0
+                for tag, commands in work:
+                    self._outbox.put((tag, replies[at : at + len(commands)]))
+                    at += len(commands)
+            if len(work) < len(items):  # stop() was called
+                return
+
+
+class _BatchDriver:
+    """Backends without a request queue: one `generate` call per micro-batch of ready episodes."""
+
+    busy = False  # nothing is held between calls
+
+    def __init__(self, engine: RolloutEngine):
+        self.engine = engine
+        self.size = getattr(engine.backend, "micro_batch", None) or engine.max_live_episodes
+
+    def advance(self, ready: deque) -> Iterable[tuple[_Live, Completion]]:
+        if not ready:
+            return []
+        batch = [ready.popleft() for _ in range(min(self.size, len(ready)))]
+        return zip(batch, self.engine._generate_batch(batch))
+
+
+class _StreamDriver:
+    """Streaming backends (vLLM's engine): ready requests join the running batch; one engine step per call."""
+
+    def __init__(self, engine: RolloutEngine):
+        self.engine = engine
+        self.waiting: dict[str, _Live] = {}  # request key -> episode
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting)
+
+    def advance(self, ready: deque) -> list[tuple[_Live, Completion]]:
+        engine, backend = self.engine, self.engine.backend
+        t0 = time.monotonic()
+        while ready:
+            ep = ready.popleft()
+            backend.submit(ep.request, engine.sampling)  # built by `RolloutEngine._prepare`
+            self.waiting[ep.key] = ep
+        done = backend.poll() if self.waiting else []
+        engine.stats.generate_s += time.monotonic() - t0
+        return [(self.waiting.pop(key), completion) for key, completion in done]
+
+
 def _tally(record: Trajectory) -> None:
     """Counters of a partial record, recomputed from its turns."""
     record.steps = len(record.turns)
@@ -482,4 +690,5 @@ def build_engine(cfg: Any, backend: Optional[GenerationBackend] = None) -> Rollo
         reward_cfg=cfg.reward,
         slip_rate=cfg.policy.teacher_slip_rate,
         max_trajectory_tokens=cfg.policy.max_trajectory_tokens,
+        schedule=cfg.env.schedule,
     )

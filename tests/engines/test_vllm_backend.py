@@ -162,3 +162,24 @@ def test_context_length_is_capped_by_the_checkpoint(tiny_model_dir):
 
     assert context_length(str(tiny_model_dir), 1000) == 1000
     assert context_length(str(tiny_model_dir), 100_000) == 2048
+
+
+def test_streamed_requests_match_generate(vllm_engine, tokenizer):
+    """submit/poll (continuous batching for the pipelined engine) samples exactly what generate does per seed,
+    with requests joining while others run."""
+    prompts = make_prompts(tokenizer, 4)
+    settings = SamplingSettings(max_new_tokens=12, seed=5)
+    seeded = [GenerationRequest(messages=[], prompt_ids=p, key=f"k{i}", seed=300 + i) for i, p in enumerate(prompts)]
+    expected = {r.key: c.completion_ids for r, c in zip(seeded, vllm_engine.generate(seeded, settings))}
+    assert vllm_engine.streams
+    vllm_engine.submit(seeded[0], settings)
+    vllm_engine.submit(seeded[1], settings)
+    got = dict((key, c.completion_ids) for key, c in vllm_engine.poll())
+    vllm_engine.submit(seeded[2], settings)  # joins the running batch
+    vllm_engine.submit(seeded[3], settings)
+    for _ in range(200):
+        got.update((key, c.completion_ids) for key, c in vllm_engine.poll())
+        if len(got) == 4:
+            break
+    assert got == expected
+    assert vllm_engine.poll() == []

@@ -120,3 +120,54 @@ def test_micro_batch_logprobs_match_unpadded_forward(tiny_model_dir):
             ent = -(full.exp() * full).sum(-1)[:-1]
             torch.testing.assert_close(entropy[r, -n:], ent[-n:], atol=1e-4, rtol=1e-4)
     assert mb.loss_mask.sum() == 9
+
+
+def _mixed_samples(n: int, seed: int = 0) -> list:
+    """Per-turn rows (prompt + completion) and an accumulated one (loss tokens between environment tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for i in range(n):
+        n_prompt = int(torch.randint(3, 40, (1,), generator=g))
+        n_completion = int(torch.randint(1, 9, (1,), generator=g))
+        ids = torch.randint(5, 300, (n_prompt + n_completion,), generator=g).tolist()
+        old = (-torch.rand(n_completion, generator=g)).tolist()
+        rows.append(B.Sample(ids, [0] * n_prompt + [1] * n_completion, [0.0] * n_prompt + old, 1.0 - i % 2, i))
+    ids = torch.randint(5, 300, (30,), generator=g).tolist()
+    mask = [0] * 8 + [1] * 4 + [0] * 10 + [1] * 5 + [0, 0, 1]
+    rows.append(B.Sample(ids, mask, [-0.5 * m for m in mask], -1.0, n))
+    return rows
+
+
+def test_pack_lays_samples_end_to_end_with_their_own_positions():
+    rows = [B.Sample([1, 2, 3, 4, 5], [0, 0, 0, 1, 1], [0, 0, 0, -1.0, -2.0], 1.0, 0),
+            B.Sample([7, 8, 9], [0, 1, 0], [0, -3.0, 0], -1.0, 1),
+            B.Sample([6, 6], [0, 1], [0, -4.0], 0.5, 2)]
+    mb = B.pack(rows, pad_id=0)
+    assert mb.input_ids.tolist() == [[1, 2, 3, 4, 5], [7, 8, 9, 6, 6]]  # width 5: the two short ones share a row
+    assert mb.position_ids.tolist() == [[0, 1, 2, 3, 4], [0, 1, 2, 0, 1]]
+    assert mb.attention_mask is None and mb.tokens == 10
+    padded = B.collate(rows, pad_id=0)
+    for name in ("loss_mask", "old_logp", "adv"):
+        assert torch.equal(getattr(mb, name), getattr(padded, name))
+    assert mb.keep_positions.tolist() == [2, 3, 5, 8]  # row 0: 2, 3 predict 4, 5; row 1 (from 5): 5 predicts 8, 8 predicts 6
+    assert mb.gather.tolist() == [[0, 1], [2, 0], [0, 3]]  # K = 2, right-aligned; the other zeros are masked slots
+    assert B.pack(rows + [B.Sample([1, 2, 3, 4], [0, 1, 1, 1], [0.0] * 4, 0.0, 3)], 0).input_ids.shape == (3, 5)
+
+
+def test_packed_logprobs_equal_the_padded_ones(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    from evoharness_rl.grpo.policy import packing_works
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    assert packing_works(model)
+    rows = _mixed_samples(9)
+    packed, padded = B.pack(rows, pad_id=3), B.collate(rows, pad_id=3)
+    assert packed.input_ids.numel() < padded.input_ids.numel()  # less padding computed
+    mask = padded.loss_mask.bool()
+    with torch.no_grad():
+        for temperature in (1.0, 0.7):
+            lp_packed, ent_packed = token_logprobs(model, packed, "detached", temperature)
+            lp_padded, ent_padded = token_logprobs(model, padded, "detached", temperature)
+            assert (lp_packed[mask] - lp_padded[mask]).abs().max() <= 1e-5
+            assert (ent_packed[mask] - ent_padded[mask]).abs().max() <= 1e-5
