@@ -44,22 +44,21 @@ def _calls(record: dict) -> list[tuple[int, str, str]]:
     return out
 
 
-def _ablation(tmp_path, source, kind, **overrides) -> tuple[dict, dict]:
+def _ablation(tmp_path, source, kind) -> tuple[dict, list[tuple[dict, dict, list, list]]]:
+    """The control's summary, and per episode (its record, the source's, its calls, the source's calls)."""
     out = tmp_path / kind
-    summary = run(out, **SOURCE_SETTINGS, **{"harness.schedule": kind, "harness.schedule_source": str(source)},
-                  **overrides)
+    summary = run(out, **SOURCE_SETTINGS, **{"harness.schedule": kind, "harness.schedule_source": str(source)})
     assert summary["errors"] == 0 and summary["schedule"] == kind
-    return summary, _records(out)
+    src = _records(source)
+    return summary, [(r, src[key], _calls(r), _calls(src[key])) for key, r in _records(out).items()]
 
 
 def test_timing_shuffle_moves_the_calls_within_each_episode(tmp_path, source):
-    summary, records = _ablation(tmp_path, source, "timing_shuffle")
-    src = _records(source)
+    summary, episodes = _ablation(tmp_path, source, "timing_shuffle")
     movable = 0
-    for key, record in records.items():
-        mine, theirs = _calls(record), _calls(src[key])
+    for record, original, mine, theirs in episodes:
         assert [c[1:] for c in mine] == [c[1:] for c in theirs]  # the same verbs and arguments, in order
-        slots = src[key]["steps"] - src[key]["won"]  # the steps before the source's winning action
+        slots = original["steps"] - original["won"]  # the steps before the source's winning action
         assert all(step < slots for step, _, _ in mine)  # at steps of the same episode
         assert all(t["schedule"] == "injected" for t in record["turns"] if t["action_kind"] == "harness")
         if 0 < len(theirs) < slots:  # another placement exists: it is taken
@@ -72,11 +71,9 @@ def test_timing_shuffle_moves_the_calls_within_each_episode(tmp_path, source):
 
 
 def test_type_shuffle_keeps_the_steps_and_permutes_the_verbs(tmp_path, source):
-    _, records = _ablation(tmp_path, source, "type_shuffle")
-    src = _records(source)
+    _, episodes = _ablation(tmp_path, source, "type_shuffle")
     verbs_before, verbs_after, changed = Counter(), Counter(), 0
-    for key, record in records.items():
-        mine, theirs = _calls(record), _calls(src[key])
+    for record, _, mine, theirs in episodes:
         assert [c[0] for c in mine] == [c[0] for c in theirs]  # the same steps
         verbs_before.update(c[1] for c in theirs)
         verbs_after.update(c[1] for c in mine)
@@ -87,11 +84,9 @@ def test_type_shuffle_keeps_the_steps_and_permutes_the_verbs(tmp_path, source):
 
 
 def test_frequency_matched_makes_as_many_random_calls_per_episode(tmp_path, source):
-    _, records = _ablation(tmp_path, source, "frequency_matched")
-    src = _records(source)
+    _, episodes = _ablation(tmp_path, source, "frequency_matched")
     different = 0
-    for key, record in records.items():
-        mine, theirs = _calls(record), _calls(src[key])
+    for record, _, mine, theirs in episodes:
         assert len(mine) == len(theirs) == len(record["scheduled_calls"])
         assert all(arg == record["objective"] for _, _, arg in mine)
         different += mine != theirs
@@ -99,7 +94,8 @@ def test_frequency_matched_makes_as_many_random_calls_per_episode(tmp_path, sour
 
 
 def test_a_schedule_ablation_is_deterministic_given_the_seed(tmp_path, source):
-    first, records = _ablation(tmp_path, source, "type_shuffle")
+    first, _ = _ablation(tmp_path, source, "type_shuffle")
+    records = _records(tmp_path / "type_shuffle")
     again = run(tmp_path / "again", **SOURCE_SETTINGS,
                 **{"harness.schedule": "type_shuffle", "harness.schedule_source": str(source)})
 
