@@ -123,6 +123,16 @@ def test_the_report_puts_the_controls_beside_the_policy(tmp_path, source):
     assert rows[2].startswith("| frequency_matched | adaptive (frequency_matched schedule) |")
 
 
+def test_the_site_marks_injected_and_refused_turns(tmp_path, source):
+    from evoharness_rl.eval.view import build_site
+
+    _ablation(tmp_path, source, "timing_shuffle")
+    site = build_site([source, tmp_path / "timing_shuffle"], tmp_path / "site")
+    pages = [p.read_text() for p in site.parent.rglob("*.html")]
+    assert any("injected by the schedule" in p for p in pages) and any("refused off the schedule" in p for p in pages)
+    assert any("adaptive (timing_shuffle schedule)" in p for p in pages)
+
+
 def test_a_missing_or_mismatched_source_is_a_one_line_error(tmp_path, source):
     fewer = tmp_path / "fewer_tasks"
     run(fewer, limit=3)
