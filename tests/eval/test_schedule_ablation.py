@@ -11,9 +11,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from fake_eval import run
+from fake_eval import fake_config, run
 
 from evoharness_rl.errors import UserError
+from evoharness_rl.eval.evaluate import fingerprint, identity
 from evoharness_rl.eval.report import report
 
 SOURCE_SETTINGS = {"limit": 9}  # every task of the fake env (3 families x 1-3 steps), two episodes each
@@ -121,6 +122,16 @@ def test_the_report_puts_the_controls_beside_the_policy(tmp_path, source):
     assert rows[0].startswith("| policy | adaptive | scripted |")
     assert rows[1].startswith("| timing_shuffle | adaptive (timing_shuffle schedule) |")
     assert rows[2].startswith("| frequency_matched | adaptive (frequency_matched schedule) |")
+
+
+def test_unmodified_runs_keep_the_fingerprints_they_had_before_schedules(tmp_path):
+    cfg = fake_config(tmp_path)
+    before = fingerprint(cfg, "bank", "v1")
+    assert not {"schedule", "schedule_source", "schedule_retries"} & set(identity(cfg)["harness"])
+    cfg.harness.schedule_source, cfg.harness.schedule_retries = "runs/x", 5  # unused without a control
+    assert fingerprint(cfg, "bank", "v1") == before
+    cfg.harness.schedule = "timing_shuffle"
+    assert fingerprint(cfg, "bank", "v1", "calls-a") not in (before, fingerprint(cfg, "bank", "v1", "calls-b"))
 
 
 def test_the_site_marks_injected_and_refused_turns(tmp_path, source):
