@@ -22,6 +22,7 @@ from evoharness_rl.errors import UserError
 
 COMMANDS = ("prepare", "collect", "sft", "grpo", "eval", "consolidate", "report", "init-model", "view")
 HARNESS_MODES = ("env_only", "always_on", "adaptive")
+SCHEDULES = ("policy", "timing_shuffle", "type_shuffle", "frequency_matched")
 CONTEXTS = ("per_turn", "accumulated")
 POOLS = ("process", "ray")  # env.pool (evoharness_rl/rollout/pool.py, ray_pool.py)
 PROMPT_STYLES = ("paper", "compact")
@@ -161,6 +162,9 @@ class HarnessConfig:
     experience: bool = True  # Experience module (recall, note)
     history_length: int = 5  # previous actions shown in a per_turn prompt
     progress_capacity: int = 8  # subgoals kept by Progress
+    schedule: str = "policy"  # eval, adaptive: policy (its own harness calls) | timing_shuffle | type_shuffle | frequency_matched: the policy's calls replaced by a control built from schedule_source (paper Table 7; evoharness_rl/harness/schedule.py)
+    schedule_source: Optional[str] = None  # schedule != policy: an unmodified eval of the same checkpoint on the same split and tasks (its out_dir or trajectories/)
+    schedule_retries: int = 2  # schedule != policy: times an off-schedule harness call of the policy is refused and asked again (no step) before it counts as invalid
 
 
 # ------------------------------------------------------------------------ reward
@@ -350,6 +354,8 @@ def validate(cfg: Config) -> Config:
     _choice("env.webshop.backend", cfg.env.webshop.backend, ("sim", "real"))
     _choice("env.webarena.backend", cfg.env.webarena.backend, ("local", "webarena"))
     _choice("harness.mode", cfg.harness.mode, HARNESS_MODES)
+    _choice("harness.schedule", cfg.harness.schedule, SCHEDULES)
+    _check_schedule(cfg)
     _choice("policy.backend", cfg.policy.backend, BACKENDS)
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     _choice("experience.consolidator", cfg.experience.consolidator, CONSOLIDATORS)
@@ -379,7 +385,8 @@ def validate(cfg: Config) -> Config:
                  "reward.lambda_div_max", "reward.lambda_eff", "policy.temperature", "policy.max_retries",
                  "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
                  "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
-                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories", "env.ray_cpus_per_worker"):
+                 "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories", "env.ray_cpus_per_worker",
+                 "harness.schedule_retries"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate",
@@ -402,6 +409,22 @@ def validate(cfg: Config) -> Config:
             f"env.webshop.test_goals={cfg.env.webshop.test_goals} exceeds env.webshop.num_goals={cfg.env.webshop.num_goals}"
         )
     return cfg
+
+
+def _check_schedule(cfg: Config) -> None:
+    """A schedule ablation replays an adaptive policy's calls in an eval, from a named source run."""
+    h = cfg.harness
+    if h.schedule == "policy":
+        return
+    if cfg.command != "eval":
+        raise ConfigError(f"harness.schedule={h.schedule} is an eval ablation; `{cfg.command}` plays the policy's own "
+                          "harness calls (leave harness.schedule=policy)")
+    if h.mode != "adaptive":
+        raise ConfigError(f"harness.schedule={h.schedule} needs harness.mode=adaptive (got {h.mode}): "
+                          "only adaptive mode has harness calls to schedule")
+    if not h.schedule_source:
+        raise ConfigError(f"harness.schedule={h.schedule} needs harness.schedule_source=DIR: an unmodified eval "
+                          "of the same checkpoint on the same split (its out_dir)")
 
 
 def _get(cfg: Any, dotted: str) -> Any:

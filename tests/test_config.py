@@ -130,11 +130,23 @@ def test_a_command_line_override_beats_the_env_defaults():
         ("env.context=sometimes", "env.context"),
         ("env.prompt_style=terse", "env.prompt_style"),
         ("policy.teacher_slip_rate=1.5", "policy.teacher_slip_rate"),
+        ("harness.schedule=reverse", "harness.schedule"),
+        ("harness.schedule=timing_shuffle", "harness.schedule_source"),  # a control needs its source run
+        ("harness.schedule_retries=-1", "harness.schedule_retries"),
+        ("harness.schedule=type_shuffle harness.schedule_source=x harness.mode=env_only", "harness.mode"),
     ],
 )
 def test_invalid_values_name_the_field(override, field):
-    obj = OmegaConf.to_object(_compose([override]))
+    obj = OmegaConf.to_object(_compose(override.split()))
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        validate(obj)
+
+
+def test_schedule_ablations_are_eval_only():
+    obj = OmegaConf.to_object(_compose(["harness.schedule=frequency_matched", "harness.schedule_source=runs/x"]))
+    assert validate(obj).harness.schedule == "frequency_matched"  # eval (the default command) accepts it
+    obj.command = "grpo"
+    with pytest.raises(ConfigError, match=r"harness\.schedule=frequency_matched is an eval ablation"):
         validate(obj)
 
 

@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from evoharness_rl.fileio import atomic_write_json
+from evoharness_rl.eval.ablation import plan_schedule, read_source, table_hash
 from evoharness_rl.harness.protocol import HARNESS_VERBS
+from evoharness_rl.harness.schedule import SCHEDULE_FILE, save_schedule
 from evoharness_rl.rollout.engine import EpisodeJob, RolloutEngine, build_engine, episode_settings
 from evoharness_rl.rollout.trajectory import Trajectory
 from evoharness_rl.runlog import RunLogger, redact
@@ -99,28 +101,36 @@ def write_record(path: Path, traj: Trajectory) -> None:
 # ---------------------------------------------------------------------------- fingerprint
 
 
-def fingerprint(cfg: Any, bank_hash: str = "", prompt_version: str = "") -> str:
+def fingerprint(cfg: Any, bank_hash: str = "", prompt_version: str = "", schedule_hash: str = "") -> str:
     """A short hash of `identity` (see module docstring)."""
-    return _hash(identity(cfg, bank_hash, prompt_version))
+    return _hash(identity(cfg, bank_hash, prompt_version, schedule_hash))
 
 
 def _hash(ident: dict) -> str:
     return hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def identity(cfg: Any, bank_hash: str = "", prompt_version: str = "") -> dict:
-    """What decides an episode's outcome: policy and weights, decoding, bank, env, harness, split, seed, prompts."""
+def identity(cfg: Any, bank_hash: str = "", prompt_version: str = "", schedule_hash: str = "") -> dict:
+    """What decides an episode's outcome: policy and weights, decoding, bank, env, harness, split, seed, prompts,
+    and a schedule ablation's calls (`schedule_hash`; the source's path is not part of it, its content is)."""
     env = asdict(cfg.env)
     for knob in ("num_workers", "step_timeout_s", "max_live_episodes", "data_dir", "max_steps_train", "pool",
                  "ray_address", "ray_cpus_per_worker"):
         env.pop(knob, None)
+    harness = asdict(cfg.harness)
+    harness.pop("schedule_source", None)
+    if harness.get("schedule") == "policy":  # unmodified runs keep the fingerprints they had before ablations
+        harness.pop("schedule", None)
+        harness.pop("schedule_retries", None)
+    else:
+        harness["schedule_calls"] = schedule_hash
     return {
         "policy": _policy_identity(cfg),
         "bank": bank_hash or "empty",
         "experience": [cfg.experience.evolve, cfg.experience.window, cfg.experience.consolidator]
         if cfg.experience.evolve == "online" else "frozen",
         "env": env,
-        "harness": asdict(cfg.harness),
+        "harness": harness,
         "split": cfg.split,
         "seed": cfg.seed,
         "prompt_version": prompt_version,
@@ -231,6 +241,8 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
     if cfg.experience.bank and not Path(cfg.experience.bank).is_file():  # fail before any worker or model starts
         raise FileNotFoundError(f"experience.bank={cfg.experience.bank!r} does not exist; "
                                 "leave it unset for an empty bank")
+    scheduled = cfg.harness.schedule != "policy"
+    source = read_source(cfg) if scheduled else None  # a bad source fails before any model or worker starts
     log = RunLogger(out, cfg.logger)
     owned = engine is None
     try:
@@ -240,11 +252,18 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
         bank = load_bank(cfg)
         tasks, version = split_tasks(engine.pool.env_factory, cfg.split, cfg.limit, cfg.env.prompt_style)
         jobs = eval_jobs(tasks, cfg.episodes_per_task, cfg.seed)
+        table = plan_schedule(cfg, source, jobs) if source is not None else None
         bank_hash = bank.content_hash() if bank is not None else ""
-        ident = identity(cfg, bank_hash, version)
+        ident = identity(cfg, bank_hash, version, table_hash(table) if table is not None else "")
         fp = _hash(ident)
         claim_out_dir(out, ident, fp)
-        records, llm_calls = _play(cfg, engine, jobs, bank, fp, out, log)
+        schedule_file = None
+        if table is not None:
+            schedule_file = out / SCHEDULE_FILE
+            save_schedule(schedule_file, cfg.harness.schedule, str(source.path), cfg.seed, table)
+            log.info(f"schedule {cfg.harness.schedule} from {source.path}: "
+                     f"{sum(map(len, table.values()))} calls over {len(table)} episodes -> {schedule_file}")
+        records, llm_calls = _play(cfg, engine, jobs, bank, fp, out, log, schedule_file)
         summary = _run_summary(cfg, records, tasks, fp, bank_hash, bank, time.monotonic() - start, llm_calls)
         atomic_write_json(out / SUMMARY_FILE, summary)
         log.info(f"eval done: success_rate={summary['success_rate']} episodes={summary['episodes']} "
@@ -256,13 +275,17 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
     return EvalResult(summary, records, version)
 
 
-def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger) -> tuple[list[Trajectory], int]:
+def _play(cfg, engine, jobs, bank, fp, out: Path, log: RunLogger, schedule: Optional[Path] = None
+          ) -> tuple[list[Trajectory], int]:
     """Play the jobs without a valid record; returns every job's record in job order and the consolidator's LLM
-    calls made by this invocation (windows a resumed run loads from disk are not counted again)."""
+    calls made by this invocation (windows a resumed run loads from disk are not counted again). `schedule`: the
+    schedule file of a schedule ablation (the episodes replace the policy's harness calls by its calls)."""
     root = out / TRAJECTORY_DIR
     paths = [record_path(root, job, cfg.seed) for job in jobs]
     records: list[Optional[Trajectory]] = [_reusable(p, fp) for p in paths]
     settings = episode_settings(cfg, train=False)
+    if schedule is not None:
+        settings = replace(settings, schedule=str(schedule.resolve()), schedule_retries=cfg.harness.schedule_retries)
     windows = _windows(len(jobs), cfg.experience.window if cfg.experience.evolve == "online" else len(jobs))
     log.info(f"eval {cfg.split}: {len(jobs)} episodes, {sum(r is not None for r in records)} already recorded "
              f"with fingerprint {fp}")
@@ -332,7 +355,7 @@ def _run_summary(cfg, records, tasks, fp, bank_hash, bank, wall_s, consolidator_
 
     summary = {
         "env": cfg.env.name, "split": cfg.split, "mode": cfg.harness.mode, "context": cfg.env.context,
-        "prompt_variant": cfg.env.prompt_variant,
+        "prompt_variant": cfg.env.prompt_variant, **_schedule_summary(cfg, records),
         "policy": cfg.policy.backend, "model": cfg.model.path, "tasks": len(tasks),
         "episodes_per_task": cfg.episodes_per_task, "seed": cfg.seed,
         **summarize(records),
@@ -343,6 +366,17 @@ def _run_summary(cfg, records, tasks, fp, bank_hash, bank, wall_s, consolidator_
         "cost": episode_cost(records, wall_s, consolidator_calls),
     }
     return summary
+
+
+def _schedule_summary(cfg, records: list[Trajectory]) -> dict[str, Any]:
+    """`schedule` (policy: the policy's own calls); for an ablation its source, the calls it planned and the policy's
+    harness calls it refused, per episode."""
+    if cfg.harness.schedule == "policy":
+        return {"schedule": "policy"}
+    ok = [t for t in records if t.error is None]
+    return {"schedule": cfg.harness.schedule, "schedule_source": cfg.harness.schedule_source,
+            "scheduled_calls_per_episode": _mean([len(t.scheduled_calls) for t in ok]),
+            "refused_calls_per_episode": _mean([t.refused_calls for t in ok])}
 
 
 # --------------------------------------------------------------------------- experience

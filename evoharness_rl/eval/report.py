@@ -179,9 +179,12 @@ def seen_unseen_table(runs: list[dict]) -> Optional[str]:
 
 
 def _mode_label(summary: dict) -> str:
-    """The harness mode, and the prompt variant when it is not the full prompt (env.prompt_variant)."""
-    variant = summary.get("prompt_variant", "full")
-    return summary.get("mode", "") + ("" if variant in ("full", None) else f" ({variant} prompt)")
+    """The harness mode, with the prompt variant when it is not the full prompt (env.prompt_variant) and the
+    schedule when it is not the policy's own (harness.schedule): the row label that tells ablations apart."""
+    variant, schedule = summary.get("prompt_variant", "full"), summary.get("schedule", "policy")
+    extras = ([] if variant in ("full", None) else [f"{variant} prompt"]) + \
+        ([] if schedule in ("policy", None) else [f"{schedule} schedule"])
+    return summary.get("mode", "") + (f" ({', '.join(extras)})" if extras else "")
 
 
 def _policy_label(summary: dict) -> str:

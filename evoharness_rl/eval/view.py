@@ -542,6 +542,10 @@ def episode_page(run: SiteRun, ep: Episode) -> str:
     return page(f"{d.get('task_id', ep.slug)} · {run.name}", "\n".join(parts), depth=2)
 
 
+SCHEDULE_TAGS = {"injected": "injected by the schedule (response discarded)",
+                 "refused": "refused off the schedule (no step)"}
+
+
 def _action_line(turn: dict) -> str:
     kind = turn.get("action_kind", "")
     if kind == "harness":
@@ -559,6 +563,8 @@ def turn_html(turn: dict) -> str:
     tags = [f'<span class="tag">{esc(kind)}</span>']
     if turn.get("repeated"):
         tags.append('<span class="tag">repeated</span>')
+    if turn.get("schedule"):  # schedule ablations: the call was the schedule's / the policy's call was refused
+        tags.append(f'<span class="tag">{esc(SCHEDULE_TAGS.get(turn["schedule"], turn["schedule"]))}</span>')
     if turn.get("prompt_truncated"):
         tags.append('<span class="tag">prompt truncated</span>')
     n_prompt, n_gen = len(turn.get("prompt_ids") or []), len(turn.get("completion_ids") or [])

@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Optional
 
 from evoharness_rl.envs.base import Environment, StepResult, Task
 from evoharness_rl.harness.protocol import (ActionKind, ParsedAction, compact_system_prompt, format_response,
                                             parse_response)
+from evoharness_rl.harness.schedule import REFUSAL, EpisodeSchedule, episode_key, load_schedule
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessMode, HarnessSwitches, Workspace
 from evoharness_rl.rollout.trajectory import Trajectory, Turn
 
@@ -48,6 +50,9 @@ class EpisodeSettings:
     progress_capacity: int = 8  # subgoals kept by Progress
     history_length: int = 5  # previous actions shown in a per_turn prompt
     max_actions_shown: int = 60  # admissible actions listed in a prompt (the rest are elided with a count)
+    schedule: Optional[str] = None  # schedule ablations: the run's schedule file (harness/schedule.py); None: the
+    # policy's own harness calls
+    schedule_retries: int = 2  # schedule ablations: refusals of an off-schedule harness call before it is invalid
 
 
 class Episode:
@@ -96,6 +101,14 @@ class Episode:
         self._teacher = None
         self._slipped = False  # the pending response is a teacher slip (see teacher_response)
         self._current_view = ""
+        self.schedule: Optional[EpisodeSchedule] = None
+        if s.schedule:
+            table = load_schedule(s.schedule)
+            key = episode_key(self.task.task_id, seed)
+            if key not in table:
+                raise KeyError(f"episode {key} has no entry in the schedule {s.schedule}")
+            self.schedule = EpisodeSchedule(table[key], s.schedule_retries)
+            self.record.scheduled_calls = [[c.step, c.verb, c.arg] for c in table[key]]
         if s.context == "accumulated":
             self._conversation = [
                 {"role": "system", "content": self.system_prompt()},
@@ -164,8 +177,11 @@ class Episode:
         messages = self.prompt() if s.context == "per_turn" else self.new_messages()
         view = self._current_view
         parsed = parse_response(response, self.spec.action_format, self.workspace.enabled_verbs)
-        result, parsed = self._apply(parsed)
         rec = self.record
+        parsed, marker = self._scheduled(parsed)
+        if marker == "refused":
+            return self._refused(response, parsed, messages, view, turn)
+        result, parsed = self._apply(parsed)
         canonical = parsed.canonical
         repeated = parsed.kind is not ActionKind.INVALID and bool(self._history) and self._last_canonical == canonical
         self._last_canonical = canonical if parsed.kind is not ActionKind.INVALID else None
@@ -178,7 +194,7 @@ class Episode:
         turn.index, turn.messages, turn.response = len(rec.turns), messages, response
         turn.action_kind, turn.action, turn.verb = parsed.kind.value, parsed.action, parsed.verb
         turn.invalid_reason, turn.observation, turn.harness_view, turn.repeated = parsed.reason, result, view, repeated
-        turn.belief, turn.progress = self.workspace.state()
+        turn.belief, turn.progress, turn.schedule = *self.workspace.state(), marker
         rec.turns.append(turn)
         self._history.append(f"{len(self._history) + 1}. {canonical} -> {_short(result)}")
         if self.last_env.done or rec.steps >= s.max_steps:
@@ -186,9 +202,44 @@ class Episode:
         elif s.context == "accumulated":
             self._pending = [{"role": "assistant", "content": response}, {"role": "user", "content": self._user_message(result)}]
             self._conversation.extend(self._pending)
-        if self._teacher is not None and not self._slipped:  # a rejected slip left the teacher's state as it was
+        # A rejected slip left the teacher's state as it was; an injected call was not the teacher's move.
+        if self._teacher is not None and not self._slipped and not marker:
             self._teacher.observe(parsed.kind.value, parsed.action, result)
         self._slipped = False
+        return turn
+
+    # -- schedule ablations (harness/schedule.py: the design decisions) ------------------------
+
+    def _scheduled(self, parsed: ParsedAction) -> tuple[ParsedAction, str]:
+        """The action this step takes under the schedule, and the turn's `schedule` marker."""
+        if self.schedule is None:
+            return parsed, ""
+        call = self.schedule.call_at(self.record.steps)
+        if call is not None:  # the schedule's call replaces whatever the policy answered
+            return ParsedAction(ActionKind.HARNESS, action=call.arg, verb=call.verb), "injected"
+        if parsed.kind is not ActionKind.HARNESS:
+            return parsed, ""
+        if self.schedule.refuse(self.record.steps):
+            return parsed, "refused"
+        return ParsedAction(ActionKind.INVALID, action=parsed.canonical, reason=REFUSAL, think=parsed.think), ""
+
+    def _refused(self, response: str, parsed: ParsedAction, messages: list, view: str, turn: Turn | None) -> Turn:
+        """Record a refused harness call: no step, no action; the refusal is the feedback of the next prompt."""
+        rec = self.record
+        rec.refused_calls += 1
+        feedback = f"Refused: {REFUSAL}."
+        turn = turn or Turn(index=0, messages=[], response="", action_kind="", action="")
+        turn.index, turn.messages, turn.response = len(rec.turns), messages, response
+        # Recorded as an invalid turn (never counted as a harness call anywhere), marked and not counted as a step.
+        turn.action_kind, turn.action, turn.verb = ActionKind.INVALID.value, parsed.canonical, parsed.verb
+        turn.invalid_reason, turn.observation, turn.harness_view, turn.schedule = REFUSAL, feedback, view, "refused"
+        turn.belief, turn.progress = self.workspace.state()
+        rec.turns.append(turn)
+        self._history.append(f"{len(self._history) + 1}. {parsed.canonical} -> {feedback}")
+        if self.settings.context == "accumulated":
+            self._pending = [{"role": "assistant", "content": response},
+                             {"role": "user", "content": self._user_message(feedback)}]
+            self._conversation.extend(self._pending)
         return turn
 
     def _apply(self, parsed: ParsedAction) -> tuple[str, ParsedAction]:

@@ -39,6 +39,8 @@ class Turn:
     belief: str = ""  # the Belief state after the turn (Belief.render(); "" when the module is off)
     progress: str = ""  # the Progress record after the turn ("" when the module is off)
     repeated: bool = False  # same action as the previous turn
+    schedule: str = ""  # schedule ablations: "injected" (the scheduled call replaced the response) | "refused" (a
+    # harness call off the schedule, asked again; no step spent) | "" (the response was applied)
     prompt_ids: list[int] = field(default_factory=list)  # exact prompt token ids sent to the backend
     completion_ids: list[int] = field(default_factory=list)  # exact token ids the backend produced
     logprobs: list[float] = field(default_factory=list)  # sampling logprob of each completion id
@@ -77,6 +79,8 @@ class Trajectory:
     harness_calls: dict[str, int] = field(default_factory=dict)  # verb -> count
     notes: list[str] = field(default_factory=list)  # note [..] contents (evidence for consolidation)
     recalled_ids: list[str] = field(default_factory=list)  # Experience entry ids shown to the policy
+    scheduled_calls: list[list] = field(default_factory=list)  # schedule ablations: the plan, [[step, verb, arg]]
+    refused_calls: int = 0  # schedule ablations: the policy's harness calls refused off the schedule (no step)
     error: str | None = None  # infrastructure failure (env crash, backend down); not a policy failure
     rewards: dict[str, float] = field(default_factory=dict)  # reward components (grpo.core)
     sequence_ids: list[int] = field(default_factory=list)  # accumulated: whole conversation ids
