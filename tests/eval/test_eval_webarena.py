@@ -78,13 +78,13 @@ def test_real_backend_names_an_unreachable_site(monkeypatch):
         check_setup(timeout_s=2)
 
 
-@pytest.fixture
-def answering_sites(monkeypatch):
-    """Every WA_* URL at one loopback HTTP server that answers 200: the sites are up as far as the setup check sees."""
+@pytest.fixture(scope="module")
+def _answering_server():
+    """One loopback HTTP server for the module that answers 200 to everything. One for all tests, because
+    browsergym-webarena copies the site URLs into module constants when first imported: a later test with
+    another port would send the browser to a server that is gone."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    from evoharness_rl.envs.webarena.real import SITE_VARS
 
     class Ok(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the http.server hook
@@ -101,12 +101,20 @@ def answering_sites(monkeypatch):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    for var in SITE_VARS:  # and the unprefixed names browsergym-webarena copies them to (restored after the test)
-        monkeypatch.setenv(var, f"http://127.0.0.1:{server.server_address[1]}")
-        monkeypatch.setenv(var.removeprefix("WA_"), f"http://127.0.0.1:{server.server_address[1]}")
-    yield
+    yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture
+def answering_sites(_answering_server, monkeypatch):
+    """Every WA_* URL at the module's loopback server: the sites are up as far as the setup check sees."""
+    from evoharness_rl.envs.webarena.real import SITE_VARS
+
+    for var in SITE_VARS:  # and the unprefixed names browsergym-webarena copies them to (restored after the test)
+        monkeypatch.setenv(var, _answering_server)
+        monkeypatch.setenv(var.removeprefix("WA_"), _answering_server)
+    yield
 
 
 def test_real_backend_names_missing_nltk_data(answering_sites, monkeypatch, tmp_path):

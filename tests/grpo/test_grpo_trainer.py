@@ -93,8 +93,11 @@ def test_grpo_accumulated_context_end_to_end(warm_model_dir, tmp_path):
     final = run_grpo(cfg, env_factory=envs)
     assert _changed(_weights(warm_model_dir), _weights(final))
     rows = read_metrics(tmp_path / "run")
-    assert len(rows) == 2 and all(r["loss_tokens"] > 0 for r in rows)
-    assert any(r["token_capped_rate"] > 0 for r in rows)  # capped episodes are failures that still train
+    assert len(rows) == 2
+    # Capped episodes are failures that still train: every update with a group that has signal has loss
+    # tokens (an update whose groups all tie, e.g. every episode capped, has none by design).
+    assert any(r["token_capped_rate"] > 0 and r["loss_tokens"] > 0 for r in rows)
+    assert all(r["loss_tokens"] > 0 for r in rows if r["zero_std_groups"] < 2)
 
 
 @pytest.mark.slow
@@ -278,7 +281,8 @@ def test_cli_grpo_sweep_on_real_alfworld_games(tiny_model_dir, tmp_path):
         baseline, row = read_metrics(sweep / job)  # validation before the first update, then update 0
         assert baseline["update"] == -1 and "val/success_rate" in baseline
         assert row["episodes"] == 4 and row["errors"] == 0 and "val/success_rate" in row
-        assert all(k in row for k in COMPONENTS)
+        missing = [k for k in COMPONENTS if k not in row]
+        assert not missing, f"metrics lack {missing}"
         assert f"lambda_eff: {lambda_eff}" in (sweep / job / "config.yaml").read_text()
         assert (sweep / job / "final" / "config.json").exists()
 
