@@ -44,12 +44,6 @@ from types import SimpleNamespace
 
 import torch
 
-QWEN3_SHAPES = {  # Qwen3 config.json values (hidden, intermediate, layers, heads, kv heads, head_dim, vocab)
-    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
-                       num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
-    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-                       num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True),
-}
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12}  # dense bf16 tensor-core peaks
 
 
@@ -76,12 +70,12 @@ def parse_args() -> argparse.Namespace:
 def build_model(size: str, device: str, dtype: torch.dtype):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
+    from evoharness_rl.models import QWEN3_SHAPES, init_model, load_model
+
     if size in QWEN3_SHAPES:
         config = Qwen3Config(max_position_embeddings=40960, dtype=dtype, **QWEN3_SHAPES[size])
         with torch.device(device):
             return Qwen3ForCausalLM(config).to(dtype)
-    from evoharness_rl.models import init_model, load_model
-
     path = size if Path(size).is_dir() else init_model(size, tempfile.mkdtemp(prefix=f"bench-{size}-"))
     return load_model(SimpleNamespace(path=str(path), dtype="float32", attn_implementation="sdpa",
                                       trust_remote_code=False), device=device)

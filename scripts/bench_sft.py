@@ -31,13 +31,11 @@ import torch
 from transformers import TrainerCallback
 
 from evoharness_rl.config import Config
-from evoharness_rl.models import count_parameters, env_prompt_texts, init_model, load_tokenizer
+from evoharness_rl.models import QWEN3_SHAPES, count_parameters, env_prompt_texts, init_model, load_tokenizer
 from evoharness_rl.sft import data
 from evoharness_rl.sft.trainer import build_trainer
 
-QWEN3_0_6B = dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                  num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True,
-                  max_position_embeddings=40960)  # the published Qwen3-0.6B config
+QWEN3_0_6B = dict(QWEN3_SHAPES["qwen3-0.6b"], max_position_embeddings=40960)  # the published Qwen3-0.6B config
 
 
 def synthetic_examples(n: int, seed: int = 0) -> list[dict]:
