@@ -30,6 +30,7 @@ Contract details:
 
 from __future__ import annotations
 
+import abc
 import random
 import time
 from typing import Any, Optional
@@ -140,26 +141,105 @@ class BrowserSession:
                 pass
 
 
-class WebArenaEnv(Environment):
-    """The bundled local sites in a real headless Chromium (see module docstring)."""
+class BrowserEnv(Environment):
+    """What both WebArena backends share: one browser session on the process's Chromium, WebArena's
+    action syntax limited to `allowed_hosts`, and the step loop. A backend sets up its tasks (`reset`),
+    scores `stop` (`_stop`), and may check that its sites are still up (`_check_sites`)."""
 
     spec = WEBARENA_SPEC
 
-    def __init__(self, db_path: Any, tasks: dict[str, LocalTask], max_obs_tokens: int = 1024,
-                 page_timeout_s: float = 10.0):
-        self.db_path = db_path
-        self.tasks = tasks
+    def __init__(self, allowed_hosts: Any, max_obs_tokens: int, page_timeout_s: float):
+        self.allowed_hosts = tuple(allowed_hosts)
         self.max_obs_tokens = max_obs_tokens
         self.page_timeout_s = page_timeout_s
-        self.allowed_hosts = tuple(HOSTS)
-        self.task: Optional[Task] = None
-        self.local_task: Optional[LocalTask] = None
-        self.last_result: Optional[StepResult] = None
-        self.server: Optional[SiteServer] = None
         self.host: Any = None
         self.session: Optional[BrowserSession] = None
+        self.task: Optional[Task] = None
+        self.last_result: Optional[StepResult] = None
         self._done = False
         self._closed = False
+
+    def step(self, action: str) -> StepResult:
+        if self.task is None or self.session is None:
+            raise RuntimeError("step() before reset(); call reset(task_id) first")
+        self._check_sites()
+        if self._done:
+            return self._invalid("the episode is over (stop was called)")
+        parsed = parse_action(action if isinstance(action, str) else "", self.allowed_hosts)
+        if isinstance(parsed, ActionError):
+            return self._invalid(parsed.reason)
+        if parsed.kind == "stop":
+            return self._stop(parsed)
+        return self._act(parsed)
+
+    def make_belief(self) -> WebArenaBelief:
+        return WebArenaBelief()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+        if self.host is not None:
+            self.host.release()
+            self.host = None
+
+    def _check_sites(self) -> None:
+        """Raise if a site the episode needs has gone (the local backend's server)."""
+
+    @abc.abstractmethod
+    def _stop(self, parsed: BrowserAction) -> StepResult:
+        """Score the episode's `stop [answer]` and end it."""
+
+    def _open_session(self, proxy: Optional[str]) -> None:
+        if self._closed:
+            raise RuntimeError("the environment is closed")
+        if self.host is None:
+            from evoharness_rl.envs.webarena.browser import BrowserHost
+
+            self.host = BrowserHost.shared()
+        if self.session is None:
+            self.session = BrowserSession(self.host, proxy, self.page_timeout_s)
+
+    def _act(self, parsed: BrowserAction) -> StepResult:
+        session = self.session
+        assert session is not None
+        start = time.monotonic()
+        try:
+            session.run(parsed.calls)
+        except Exception as err:  # noqa: BLE001 - a failed browser action is feedback, never a crash
+            session.settle()
+            return self._invalid(_first_line(err))
+        error = session.settle()
+        observation, cut = session.observe(error, self.max_obs_tokens)
+        self.last_result = StepResult(observation=observation, admissible_actions=[],
+                                      info={"obs_cut": cut, "action_s": round(time.monotonic() - start, 3)})
+        return self.last_result
+
+    def _invalid(self, reason: str) -> StepResult:
+        if self._done:
+            return StepResult(observation=f"Invalid action: {reason}.", admissible_actions=[], done=True,
+                              won=bool(self.last_result and self.last_result.won),
+                              score=self.last_result.score if self.last_result else 0.0, invalid=True,
+                              info={"reason": reason})
+        assert self.session is not None
+        observation, cut = self.session.observe(reason, self.max_obs_tokens)
+        return StepResult(observation=observation, admissible_actions=[], invalid=True,
+                          info={"reason": reason, "obs_cut": cut})
+
+
+class WebArenaEnv(BrowserEnv):
+    """The bundled local sites in a real headless Chromium (see module docstring)."""
+
+    def __init__(self, db_path: Any, tasks: dict[str, LocalTask], max_obs_tokens: int = 1024,
+                 page_timeout_s: float = 10.0):
+        super().__init__(HOSTS, max_obs_tokens, page_timeout_s)
+        self.db_path = db_path
+        self.tasks = tasks
+        self.local_task: Optional[LocalTask] = None
+        self.server: Optional[SiteServer] = None
 
     @classmethod
     def from_config(cls, env_cfg: Any) -> "WebArenaEnv":
@@ -196,22 +276,9 @@ class WebArenaEnv(Environment):
         self.last_result = StepResult(observation=observation, admissible_actions=[], info={"obs_cut": cut})
         return self.task, self.last_result
 
-    def step(self, action: str) -> StepResult:
-        if self.task is None or self.session is None:
-            raise RuntimeError("step() before reset(); call reset(task_id) first")
+    def _check_sites(self) -> None:
         if self.server is None or not self.server.running:
             raise SiteDown("the local site server stopped during the episode")
-        if self._done:
-            return self._invalid("the episode is over (stop was called)")
-        parsed = parse_action(action if isinstance(action, str) else "", self.allowed_hosts)
-        if isinstance(parsed, ActionError):
-            return self._invalid(parsed.reason)
-        if parsed.kind == "stop":
-            return self._stop(parsed)
-        return self._act(parsed)
-
-    def make_belief(self) -> WebArenaBelief:
-        return WebArenaBelief()
 
     def make_teacher(self, enabled_verbs: tuple[str, ...], harness_rate: float, rng: random.Random) -> Teacher:
         from evoharness_rl.envs.webarena.teacher import ScriptedBrowser
@@ -221,16 +288,9 @@ class WebArenaEnv(Environment):
         return ScriptedBrowser(self, enabled_verbs, harness_rate, rng)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.session is not None:
-            self.session.close()
-            self.session = None
-        if self.host is not None:
-            self.host.release()
-            self.host = None
-        if self.server is not None:
+        closed = self._closed
+        super().close()
+        if not closed and self.server is not None:
             self.server.stop()
             self.server = None
 
@@ -247,27 +307,7 @@ class WebArenaEnv(Environment):
             raise RuntimeError("the environment is closed")
         if self.server is None:
             self.server = SiteServer(self.db_path).start()
-        if self.host is None:
-            from evoharness_rl.envs.webarena.browser import BrowserHost
-
-            self.host = BrowserHost.shared()
-        if self.session is None:
-            self.session = BrowserSession(self.host, self.server.proxy, self.page_timeout_s)
-
-    def _act(self, parsed: BrowserAction) -> StepResult:
-        session = self.session
-        assert session is not None
-        start = time.monotonic()
-        try:
-            session.run(parsed.calls)
-        except Exception as err:  # noqa: BLE001 - a failed browser action is feedback, never a crash
-            session.settle()
-            return self._invalid(_first_line(err))
-        error = session.settle()
-        observation, cut = session.observe(error, self.max_obs_tokens)
-        self.last_result = StepResult(observation=observation, admissible_actions=[],
-                                      info={"obs_cut": cut, "action_s": round(time.monotonic() - start, 3)})
-        return self.last_result
+        self._open_session(self.server.proxy)
 
     def _stop(self, parsed: BrowserAction) -> StepResult:
         assert self.local_task is not None and self.session is not None
@@ -278,14 +318,3 @@ class WebArenaEnv(Environment):
                                       admissible_actions=[], done=True, won=score >= 1.0, score=score,
                                       info={"answer": parsed.answer, "final_url": url, "evaluation": reason})
         return self.last_result
-
-    def _invalid(self, reason: str) -> StepResult:
-        if self._done:
-            return StepResult(observation=f"Invalid action: {reason}.", admissible_actions=[], done=True,
-                              won=bool(self.last_result and self.last_result.won),
-                              score=self.last_result.score if self.last_result else 0.0, invalid=True,
-                              info={"reason": reason})
-        assert self.session is not None
-        observation, cut = self.session.observe(reason, self.max_obs_tokens)
-        return StepResult(observation=observation, admissible_actions=[], invalid=True,
-                          info={"reason": reason, "obs_cut": cut})

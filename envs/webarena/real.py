@@ -29,13 +29,11 @@ import os
 import random
 import urllib.error
 import urllib.request
-from typing import Any, Optional
+from typing import Any
 
-from evoharness_rl.envs.base import Environment, StepResult, Task, Teacher
-from evoharness_rl.envs.webarena.actions import ActionError, parse_action
-from evoharness_rl.envs.webarena.adapter import SPLIT_ALIASES, BrowserSession, _first_line
-from evoharness_rl.envs.webarena.belief import WebArenaBelief
-from evoharness_rl.envs.webarena.prompts import WEBARENA_SPEC
+from evoharness_rl.envs.base import StepResult, Task, Teacher
+from evoharness_rl.envs.webarena.actions import BrowserAction
+from evoharness_rl.envs.webarena.adapter import SPLIT_ALIASES, BrowserEnv
 from evoharness_rl.errors import UserError
 
 SITE_VARS = ("WA_SHOPPING", "WA_SHOPPING_ADMIN", "WA_REDDIT", "WA_GITLAB", "WA_WIKIPEDIA", "WA_MAP", "WA_HOMEPAGE")
@@ -101,10 +99,8 @@ def paper_subset() -> list[tuple[int, str]]:
     return sorted(kept)
 
 
-class RealWebArenaEnv(Environment):
+class RealWebArenaEnv(BrowserEnv):
     """WebArena's real sites through browsergym-webarena (see module docstring)."""
-
-    spec = WEBARENA_SPEC
 
     def __init__(self, tasks: list[tuple[int, str]], urls: dict[str, str], test_fraction: float, max_obs_tokens: int,
                  page_timeout_s: float):
@@ -118,16 +114,8 @@ class RealWebArenaEnv(Environment):
             self.families[key] = family
         from urllib.parse import urlsplit
 
-        self.allowed_hosts = tuple(sorted({urlsplit(u).hostname or "" for u in urls.values()}))
-        self.max_obs_tokens = max_obs_tokens
-        self.page_timeout_s = page_timeout_s
-        self.host: Any = None
-        self.session: Optional[BrowserSession] = None
-        self.task: Optional[Task] = None
+        super().__init__(sorted({urlsplit(u).hostname or "" for u in urls.values()}), max_obs_tokens, page_timeout_s)
         self.wa_task: Any = None
-        self.last_result: Optional[StepResult] = None
-        self._done = False
-        self._closed = False
 
     @classmethod
     def from_config(cls, env_cfg: Any) -> "RealWebArenaEnv":
@@ -148,13 +136,9 @@ class RealWebArenaEnv(Environment):
     def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:
         from browsergym.webarena.task import GenericWebArenaTask
 
-        from evoharness_rl.envs.webarena.browser import BrowserHost
-
         if task_id not in self.families:
             raise KeyError(f"unknown WebArena task id {task_id!r}; expected one listed by task_ids(split)")
-        if self.host is None:
-            self.host = BrowserHost.shared()
-            self.session = BrowserSession(self.host, None, self.page_timeout_s)
+        self._open_session(None)
         assert self.session is not None
         self.session.open("about:blank")
         self.wa_task = GenericWebArenaTask(seed=seed, task_id=int(task_id.rsplit("/", 1)[1]))
@@ -167,51 +151,16 @@ class RealWebArenaEnv(Environment):
         self.last_result = StepResult(observation=observation, admissible_actions=[], info={"obs_cut": cut})
         return self.task, self.last_result
 
-    def step(self, action: str) -> StepResult:
-        if self.session is None or self.task is None:
-            raise RuntimeError("step() before reset(); call reset(task_id) first")
-        if self._done:
-            return StepResult("Invalid action: the episode is over (stop was called).", [], done=True, invalid=True,
-                              score=self.last_result.score if self.last_result else 0.0,
-                              won=bool(self.last_result and self.last_result.won))
-        parsed = parse_action(action if isinstance(action, str) else "", self.allowed_hosts)
-        if isinstance(parsed, ActionError):
-            return self._invalid(parsed.reason)
-        if parsed.kind == "stop":
-            score, _, _, info = self.wa_task.validate(self.session.page, [{"role": "assistant",
-                                                                          "message": parsed.answer}])
-            self._done = True
-            self.last_result = StepResult(f"Stopped with answer: {parsed.answer or '(none)'}", [], done=True,
-                                          won=float(score) >= 1.0, score=float(score),
-                                          info={"answer": parsed.answer, **{k: str(v) for k, v in info.items()}})
-            return self.last_result
-        try:
-            self.session.run(parsed.calls)
-        except Exception as err:  # noqa: BLE001 - feedback, never a crash
-            self.session.settle()
-            return self._invalid(_first_line(err))
-        observation, cut = self.session.observe(self.session.settle(), self.max_obs_tokens)
-        self.last_result = StepResult(observation=observation, admissible_actions=[], info={"obs_cut": cut})
-        return self.last_result
-
-    def _invalid(self, reason: str) -> StepResult:
+    def _stop(self, parsed: BrowserAction) -> StepResult:
+        """Scored by WebArena's own evaluator on the page the episode ended on."""
         assert self.session is not None
-        observation, cut = self.session.observe(reason, self.max_obs_tokens)
-        return StepResult(observation=observation, admissible_actions=[], invalid=True,
-                          info={"reason": reason, "obs_cut": cut})
-
-    def make_belief(self) -> WebArenaBelief:
-        return WebArenaBelief()
+        score, _, _, info = self.wa_task.validate(self.session.page, [{"role": "assistant", "message": parsed.answer}])
+        self._done = True
+        self.last_result = StepResult(f"Stopped with answer: {parsed.answer or '(none)'}", [], done=True,
+                                      won=float(score) >= 1.0, score=float(score),
+                                      info={"answer": parsed.answer, **{k: str(v) for k, v in info.items()}})
+        return self.last_result
 
     def make_teacher(self, enabled_verbs: tuple[str, ...], harness_rate: float, rng: random.Random) -> Teacher:
         raise UserError("the scripted teacher solves the local tasks only; collect on the real sites with "
                         "policy=openai (any LLM endpoint) instead")
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self.session is not None:
-            self.session.close()
-        if self.host is not None:
-            self.host.release()

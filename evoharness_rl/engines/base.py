@@ -28,7 +28,7 @@ sequence of calls. Every token backend samples each request from its own seed,
 run seed, task, sample and turn, so a sample does not depend on how or when requests were
 batched) or else the next number of the stream, drawn in request order.
 
-Streaming (`streams = True`, the offline vLLM engine): besides `generate`, the backend
+Streaming (`StreamingBackend`, the offline vLLM engine): besides `generate`, the backend
 keeps a request queue that the pipelined rollout engine feeds one request at a time as
 episodes become ready -- `submit(request, sampling)`, then `poll()` runs one scheduling
 step and returns the requests that finished, as (request key, Completion) pairs.
@@ -112,16 +112,22 @@ class GenerationBackend(abc.ABC):
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
         """Generate one completion per request, in order."""
 
-    def submit(self, request: GenerationRequest, sampling: SamplingSettings) -> None:
-        """Streaming backends: queue one request (its key must be unique among those not yet polled)."""
-        raise NotImplementedError(f"{type(self).__name__} does not stream; call generate")
-
-    def poll(self) -> list[tuple[str, Completion]]:
-        """Streaming backends: one scheduling step; the (key, completion) of every request that finished."""
-        raise NotImplementedError(f"{type(self).__name__} does not stream; call generate")
-
     def update_weights(self, model: Any) -> None:
         """Load the trainer's current weights (no-op for backends without a model)."""
 
     def release(self) -> None:
         """Free GPU memory, processes and connections; safe to call twice."""
+
+
+class StreamingBackend(GenerationBackend):
+    """A backend with a request queue (module docstring, "Streaming"); `streams` says whether it is usable now."""
+
+    streams: bool = True
+
+    @abc.abstractmethod
+    def submit(self, request: GenerationRequest, sampling: SamplingSettings) -> None:
+        """Queue one request (its key must be unique among those not yet polled)."""
+
+    @abc.abstractmethod
+    def poll(self) -> list[tuple[str, Completion]]:
+        """One scheduling step; the (key, completion) of every request that finished."""

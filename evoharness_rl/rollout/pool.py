@@ -32,6 +32,8 @@ replacement), never with every step.
 
 from __future__ import annotations
 
+import abc
+
 import contextlib
 import multiprocessing as mp
 import os
@@ -326,7 +328,7 @@ class _Worker:
 DEAD = None  # what `_wait` reports for a worker that died instead of answering
 
 
-class BasePool:
+class BasePool(abc.ABC):
     """Routing and failure bookkeeping of an environment pool; subclasses carry the messages.
 
     A transport implements `_start` (a new worker), `_transmit` (send a list of commands),
@@ -420,8 +422,9 @@ class BasePool:
     def live_keys(self) -> set[str]:
         return set(self._home)
 
+    @abc.abstractmethod
     def worker_pids(self) -> list[int]:
-        raise NotImplementedError
+        """The operating-system process ids of the live workers (tests count them)."""
 
     def close(self) -> None:
         """Stop all workers (they close their environments); safe to call twice."""
@@ -520,26 +523,29 @@ class BasePool:
 
     # -- transport (subclasses) ------------------------------------------------------------
 
+    @abc.abstractmethod
     def _start(self, index: int) -> _Worker:
-        raise NotImplementedError
+        """A new worker in slot `index`."""
 
+    @abc.abstractmethod
     def _transmit(self, index: int, commands: list[Command]) -> None:
         """Send `commands` to worker `index`; a dead worker is noticed by `_wait`, not here."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _wait(self, indices: list[int], timeout: float) -> list[tuple[int, Any]]:
         """(worker index, Reply or DEAD) for what arrived from `indices` within `timeout` seconds, in order."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _death(self, index: int) -> str:
         """How worker `index` died (after `_wait` reported it DEAD)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _kill(self, index: int) -> None:
-        raise NotImplementedError
+        """Stop worker `index` now, whatever it is doing."""
 
+    @abc.abstractmethod
     def _shutdown(self) -> None:
-        raise NotImplementedError
+        """Stop every worker after `close` sent them their last command."""
 
 
 @dataclass
