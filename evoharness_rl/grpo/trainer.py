@@ -83,6 +83,7 @@ def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
     finally:
         run.engine.close()
         run.log.close()
+        run.accelerator.end_training()  # leaves the process group (a gloo/NCCL group alive at exit can abort the process)
 
 
 def train_update(run: Run, u: int) -> dict:
