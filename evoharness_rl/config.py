@@ -230,6 +230,7 @@ class GRPOConfig:
     temperature: float = 1.0  # sampling temperature of the rollouts (the loss scores tokens at it); must be > 0
     learning_rate: float = 1e-6  # actor AdamW learning rate
     weight_decay: float = 0.01  # AdamW weight decay
+    adam_eps: float = 1e-8  # AdamW epsilon (torch's default). Adam's first steps move every parameter by about the learning rate whatever its gradient's size; a larger epsilon makes parameters whose gradients are far below it move in proportion to the gradient instead (a few-step run on a small model: noise in parameters the reward says nothing about)
     max_grad_norm: float = 1.0  # gradient clipping
     clip_eps: float = 0.2  # PPO ratio clip
     kl_coef: float = 0.01  # k3 KL to the reference (SFT) policy
@@ -378,7 +379,7 @@ def validate(cfg: Config) -> Config:
                  "experience.max_field_chars", "experience.max_prompt_chars", "experience.request_timeout_s",
                  "policy.request_timeout_s",
                  "env.max_live_episodes", "env.webarena.max_obs_tokens", "env.webarena.page_timeout_s",
-                 "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha"):
+                 "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha", "grpo.adam_eps"):
         _positive(name, _get(cfg, name))
     for name in ("env.alfworld.valid_seen_games", "env.alfworld.valid_unseen_games", "harness.history_length",
                  "reward.success_scale", "reward.invalid_penalty", "reward.repeat_penalty", "reward.repeat_cap",

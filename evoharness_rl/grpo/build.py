@@ -180,7 +180,7 @@ def _load_policy(cfg, device: str, resume_from: Optional[Path]):
 def _optimizer(cfg, model, device):
     g = cfg.grpo
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=g.learning_rate, weight_decay=g.weight_decay,
+    optimizer = torch.optim.AdamW(params, lr=g.learning_rate, weight_decay=g.weight_decay, eps=g.adam_eps,
                                   fused=torch.device(device).type == "cuda")
     warmup = g.lr_warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(

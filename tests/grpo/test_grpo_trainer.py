@@ -343,3 +343,20 @@ def test_non_finite_loss_skips_the_step_and_leaves_weights_alone(tiny_model_dir)
     assert stats.bad_reason and "non-finite gradient norm" in stats.bad_reason
     assert stats.counts["optimizer_steps"] == 0 and run.state.optimizer_steps == 0
     assert all(torch.equal(before[k], v) for k, v in run.model.state_dict().items())
+
+
+def test_the_optimizer_takes_its_settings_from_grpo_config(tiny_model_dir):
+    """grpo.adam_eps / weight_decay / learning_rate reach AdamW; a negative epsilon is refused before anything loads."""
+    from transformers import AutoModelForCausalLM
+
+    from evoharness_rl.config import Config, ConfigError, validate
+    from evoharness_rl.grpo.build import _optimizer
+
+    cfg = Config()
+    cfg.grpo.adam_eps, cfg.grpo.weight_decay, cfg.grpo.learning_rate = 1e-3, 0.05, 2e-4
+    optimizer, _ = _optimizer(cfg, AutoModelForCausalLM.from_pretrained(tiny_model_dir), "cpu")
+    group = optimizer.param_groups[0]
+    assert (group["eps"], group["weight_decay"], group["lr"]) == (1e-3, 0.05, 2e-4)
+    cfg.grpo.adam_eps = -1.0
+    with pytest.raises(ConfigError, match="grpo.adam_eps"):
+        validate(cfg)
