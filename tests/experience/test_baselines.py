@@ -200,3 +200,27 @@ def test_the_consolidator_registry_builds_the_methods_update_steps():
     updater = make_consolidator(cfg, "webshop", policy_generate=lambda messages: "{}")
     assert isinstance(updater, ReasoningBankUpdater) and updater.generate is not None and updater.name == "self"
     assert isinstance(make_consolidator(ExperienceConfig(method="expel", consolidator="none"), "alfworld"), NoUpdate)
+
+
+# -------------------------------------------------------------------------------- config
+
+
+def test_the_method_is_checked_when_the_config_is_read():
+    from evoharness_rl.config import Config, ConfigError, validate
+
+    cfg = Config(out_dir="x")
+    cfg.experience.method, cfg.harness.mode = "expel", "env_only"
+    assert validate(cfg).experience.method == "expel"
+    cfg.experience.method = "memgpt"
+    with pytest.raises(ConfigError, match=r"experience\.method='memgpt' is not valid; allowed values: evoharness, expel, "
+                                          r"reasoningbank"):
+        validate(cfg)
+    cfg.experience.method, cfg.harness.mode = "reasoningbank", "adaptive"
+    with pytest.raises(ConfigError, match="set harness.mode=env_only"):
+        validate(cfg)
+    cfg.harness.mode, cfg.command = "env_only", "grpo"
+    with pytest.raises(ConfigError, match="only `eval` runs"):
+        validate(cfg)
+    cfg.command, cfg.experience.memory_k = "eval", 0
+    with pytest.raises(ConfigError, match=r"experience\.memory_k"):
+        validate(cfg)
