@@ -281,7 +281,7 @@ class ExperienceConfig:
     method: str = "evoharness"  # evoharness (the BPE Experience bank) | expel | reasoningbank: an eval-only memory baseline put into the prompt at episode start (with harness.mode=env_only); its memory file is experience.bank, updated per experience.window by experience.consolidator (heuristic: no LLM; openai / self: the method's prompts)
     memory_k: int = 3  # expel: successful trajectories retrieved into the prompt; reasoningbank: memory items retrieved (by BM25 similarity to the task)
     max_insights: int = 20  # expel: insights shown in the prompt, most upvoted first
-    max_example_chars: int = 2500  # expel: characters of one retrieved successful trajectory in the prompt (its end is kept)
+    max_example_chars: int = 2500  # expel: characters of one retrieved successful trajectory in the prompt (a longer one keeps its start and end)
 
 
 # ------------------------------------------------------------------------ logger

@@ -23,7 +23,9 @@ saved in `out_dir/experience/` so a resumed run continues from the same bank, an
 final one as `out_dir/bank.json` (collect: the bank the teacher's traces evolved, which
 GRPO can start from), with `out_dir/history.jsonl` beside it: one line per window's
 consolidation (experience/history.py). Every record carries `bank_version` and `bank_cycle`:
-the bank its episode read.
+the bank its episode read. A memory baseline (`experience.method=expel | reasoningbank`,
+experience/memory.py) takes the bank's place in all of this: its memory is loaded or empty,
+put into each episode's prompt at its start, and updated per window in the same way.
 """
 
 from __future__ import annotations

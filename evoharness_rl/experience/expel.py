@@ -26,12 +26,11 @@ insight shown to failed episodes and to no successful one in the window is downv
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 from evoharness_rl.experience.consolidation import Evidence, Proposal, one_line
-from evoharness_rl.experience.heuristic import HeuristicConsolidator
 from evoharness_rl.experience.llm import call_json
-from evoharness_rl.experience.memory import MemorySnapshot, MemoryStore, SimilarityIndex, cut_middle
+from evoharness_rl.experience.memory import MemorySnapshot, MethodUpdater, MemoryStore, SimilarityIndex, cut_middle
 from evoharness_rl.experience.prompts import cut, render_episode
 from evoharness_rl.rollout.trajectory import Trajectory
 
@@ -184,13 +183,8 @@ class ExpeLSnapshot(MemorySnapshot):
 # --------------------------------------------------------------------------------- update
 
 
-class ExpeLUpdater:
+class ExpeLUpdater(MethodUpdater):
     """ExpeL's insight extraction: by an LLM (`generate`) or, with `generate=None`, by deterministic rules."""
-
-    def __init__(self, grounding: Any, generate: Optional[Callable[[list[dict[str, str]]], str]], name: str,
-                 max_chars: int = 300):
-        self.grounding, self.generate, self.name, self.max_chars = grounding, generate, name, max_chars
-        self.rules = HeuristicConsolidator(grounding)
 
     def update(self, store: ExpeLMemory, evidence: Evidence, proposal: Proposal) -> None:
         cycle = evidence.update_index

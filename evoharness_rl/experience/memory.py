@@ -30,7 +30,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Protocol
+from typing import Any, Callable, ClassVar, Iterable, Optional, Protocol
 
 from evoharness_rl.bm25 import import_bm25s
 from evoharness_rl.errors import UserError
@@ -205,6 +205,19 @@ class MemoryUpdater(Protocol):
         """Apply the method's operations to `store` (a working copy); outcomes go to `proposal.operations`, calls
         and failures to its counters."""
         ...
+
+
+class MethodUpdater:
+    """Base of the baselines' update steps: the method's prompts through `generate` (experience.consolidator openai
+    or self), or with `generate=None` its deterministic rules, which read episodes like the heuristic consolidator
+    (action skeletons, failure patterns and their advice)."""
+
+    def __init__(self, grounding: Any, generate: Optional[Callable[[list[dict[str, str]]], str]], name: str,
+                 max_chars: int = 300):
+        from evoharness_rl.experience.heuristic import HeuristicConsolidator
+
+        self.grounding, self.generate, self.name, self.max_chars = grounding, generate, name, max_chars
+        self.rules = HeuristicConsolidator(grounding)
 
 
 class NoUpdate:

@@ -20,12 +20,11 @@ with the mistake and how to avoid it.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any
 
 from evoharness_rl.experience.consolidation import Evidence, Proposal, one_line
-from evoharness_rl.experience.heuristic import HeuristicConsolidator
 from evoharness_rl.experience.llm import call_json
-from evoharness_rl.experience.memory import MemorySnapshot, MemoryStore, SimilarityIndex
+from evoharness_rl.experience.memory import MemorySnapshot, MethodUpdater, MemoryStore, SimilarityIndex
 from evoharness_rl.experience.prompts import render_episode
 from evoharness_rl.rollout.trajectory import Trajectory
 
@@ -105,13 +104,8 @@ class ReasoningBankSnapshot(MemorySnapshot):
                 [self.items[h][0] for h in hits])
 
 
-class ReasoningBankUpdater:
+class ReasoningBankUpdater(MethodUpdater):
     """Extraction by an LLM (`generate`) or, with `generate=None`, by deterministic rules."""
-
-    def __init__(self, grounding: Any, generate: Optional[Callable[[list[dict[str, str]]], str]], name: str,
-                 max_chars: int = 300):
-        self.grounding, self.generate, self.name, self.max_chars = grounding, generate, name, max_chars
-        self.rules = HeuristicConsolidator(grounding)
 
     def update(self, store: ReasoningBankMemory, evidence: Evidence, proposal: Proposal) -> None:
         seen = 0
