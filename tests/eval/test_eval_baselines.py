@@ -67,6 +67,31 @@ def test_online_memory_on_the_fake_env_resumes_and_freezes(method, tmp_path):
     assert not (tmp_path / "frozen" / "bank.json").exists()
 
 
+def test_an_llm_endpoint_writes_the_memory_and_garbage_leaves_it_empty(tmp_path):
+    """The real-run path: the method's prompts through the `openai` client to an HTTP endpoint (scripted answers)."""
+    from tests.fakes.chat_server import ChatServer
+
+    item = {"title": "Count the steps first", "description": "Plan the number of steps.", "content": "Do them in order."}
+    server = ChatServer([json.dumps({"memory_items": [item]})] * 4 + ["I will not answer in JSON."] * 8)
+    llm = {"experience.consolidator": "openai", "experience.base_url": server.url, "experience.model_name": "fake",
+           "experience.api_key_env": "EVOHARNESS_TEST_NO_KEY", "experience.max_retries": 0, "limit": 2}
+    try:
+        summary = run(tmp_path / "rb", **baseline("reasoningbank", **llm))  # 4 episodes, windows of 4: one cycle
+        assert summary["cost"]["consolidator_calls"] == 4 and len(server.requests) == 4
+        assert all("TRAJECTORY:" in r["messages"][-1]["content"] for r in server.requests)
+        memory = json.loads((tmp_path / "rb" / "bank.json").read_text())
+        assert [i["title"] for i in memory["items"]] == ["Count the steps first"]  # three repeats skipped
+        (cycle,) = read_history(tmp_path / "rb" / "history.jsonl")
+        assert cycle["status"] == "ok" and cycle["prompt_tokens"] == 4 and cycle["applied"] == {"add": 1, "skip": 3}
+        summary = run(tmp_path / "expel", **baseline("expel", **llm))  # every answer is garbage
+        (cycle,) = read_history(tmp_path / "expel" / "history.jsonl")
+        assert cycle["status"] == "failed" and cycle["failures"] and cycle["bank_after"] == cycle["bank_before"]
+        memory = json.loads((tmp_path / "expel" / "bank.json").read_text())
+        assert memory["insights"] == [] and memory["successes"] == []
+    finally:
+        server.close()
+
+
 def test_a_memory_file_of_another_kind_is_refused_before_any_episode(tmp_path):
     run(tmp_path / "expel", **baseline("expel", limit=2))
     from evoharness_rl.experience.memory import MemoryFormatError
