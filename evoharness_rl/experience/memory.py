@@ -174,10 +174,12 @@ class MemoryStore:
     def _checked(cls, data: Any, path: Path) -> "MemoryStore":
         if not isinstance(data, dict):
             raise MemoryFormatError(f"{path} holds a {type(data).__name__}, not a {cls.method} memory")
-        kind = data.get("method") or ("an EvoHarness Experience bank" if "entries" in data else "unknown")
+        kind = data.get("method")
         if kind != cls.method:
-            raise MemoryFormatError(f"{path} is {kind if ' ' in kind else 'a ' + kind + ' memory'}, not a {cls.method} "
-                                    f"memory; pass a bank.json written by an experience.method={cls.method} eval")
+            what = f"a {kind} memory" if kind else ("an EvoHarness Experience bank" if "entries" in data
+                                                    else "a JSON object without `method`")
+            raise MemoryFormatError(f"{path} is {what}, not a {cls.method} memory; pass a bank.json written by an "
+                                    f"experience.method={cls.method} eval")
         if int(data.get("schema", 0)) > SCHEMA:
             raise MemoryFormatError(f"{path} has schema {data['schema']}, newer than this version reads ({SCHEMA})")
         for name in cls.LISTS:
@@ -257,6 +259,7 @@ class MemoryReport:
     size: int  # items in the memory after the cycle
     wall_s: float = 0.0
     families: list[str] = field(default_factory=list)
+    chosen: dict[str, int] = field(default_factory=dict)  # operations the updater decided, whatever became of them
 
     @property
     def status(self) -> str:
@@ -268,7 +271,8 @@ class MemoryReport:
         return {"cycle": self.update_index, **context, "status": self.status, "method": self.method,
                 "source": self.source, "bank_before": self.bank_before, "bank_after": self.bank_hash,
                 "episodes_in_batch": self.episodes, "episodes_seen": self.episodes_seen,
-                "errored_episodes": self.errored_episodes, "families": self.families, "applied": self.ops,
+                "errored_episodes": self.errored_episodes, "families": self.families, "chosen": self.chosen,
+                "applied": self.ops,
                 "operations": self.operations, "failures": self.failures, "rejected": self.rejected,
                 "llm_calls": self.llm_calls, "prompt_chars": self.prompt_chars, "prompt_tokens": self.prompt_tokens,
                 "completion_tokens": self.completion_tokens, "size": self.size, "wall_s": self.wall_s}
@@ -304,6 +308,10 @@ def update_memory(store: MemoryStore, trajectories: Iterable[Trajectory], update
         key = COUNTED.get(outcome.get("result"), "") or (outcome.get("op") if outcome.get("result") == "applied" else "")
         if key:
             ops[key] = ops.get(key, 0) + 1
+    chosen: dict[str, int] = {}
+    for outcome in proposal.operations:
+        if outcome.get("op") not in (*PASSIVE_OPS, "prune"):
+            chosen[outcome["op"]] = chosen.get(outcome["op"], 0) + 1
     decided = any(n for op, n in ops.items() if op not in PASSIVE_OPS)
     if decided or not (proposal.failures or proposal.rejected):
         store.adopt(work)
@@ -317,7 +325,8 @@ def update_memory(store: MemoryStore, trajectories: Iterable[Trajectory], update
         failures=proposal.failures, rejected=proposal.rejected, warnings=proposal.warnings, llm_calls=proposal.calls,
         prompt_chars=proposal.prompt_chars, prompt_tokens=proposal.prompt_tokens,
         completion_tokens=proposal.completion_tokens, bank_before=before, bank_hash=store.content_hash(),
-        size=store.size(), wall_s=round(time.perf_counter() - start, 4), families=list(evidence.families))
+        size=store.size(), wall_s=round(time.perf_counter() - start, 4), families=list(evidence.families),
+        chosen=chosen)
     line = (f"{store.method} memory cycle {u} ({updater.name}, {seen}/{report.episodes} episodes read) {report.status}: "
             f"{ops or 'no change'}, {report.size} items, failures {len(report.failures)}, rejected {len(report.rejected)}")
     info = log.info if log is not None else LOG.info

@@ -51,9 +51,14 @@ def check_online(out: Path, method: str, summary: dict, windows: int) -> None:
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_online_memory_on_the_fake_env_resumes_and_freezes(method, tmp_path):
+def test_online_memory_on_the_fake_env_resumes_and_freezes(method, tmp_path, capsys):
     reference = run(tmp_path / "ref", **baseline(method))  # 18 episodes, windows of 4
     check_online(tmp_path / "ref", method, reference, windows=5)
+    from evoharness_rl.experience.cli import bank_main
+
+    bank_main(["log", str(tmp_path / "ref")])  # the cycles, with the method's own operations
+    log = capsys.readouterr().out
+    assert "5 consolidation cycles" in log and ("upvote" in log if method == "expel" else "skip" in log)
     again = run(tmp_path / "ref", **baseline(method))  # every record and window memory is reused
     for summary in (reference, again):
         summary.pop("wall_s"), summary["cost"].pop("wall_s"), (summary["cost"]["per_success"] or {}).pop("wall_s", 0)
