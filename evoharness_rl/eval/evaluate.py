@@ -259,6 +259,9 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
         # numba/llvmlite (pulled in by bm25s) is loaded in the process.
         engine = engine or build_engine(cfg)
         bank = load_bank(cfg)
+        if cfg.experience.method != "evoharness" and cfg.experience.evolve == "frozen" and not bank.size():
+            log.warning(f"experience.method={cfg.experience.method} with an empty frozen memory plays plain ReAct; "
+                        "set experience.evolve=online or experience.bank=<a memory file>")
         tasks, version = split_tasks(engine.pool.env_factory, cfg.split, cfg.limit, cfg.env.prompt_style)
         jobs = eval_jobs(tasks, cfg.episodes_per_task, cfg.seed)
         table = plan_schedule(cfg, source, jobs) if source is not None else None

@@ -104,6 +104,8 @@ def test_a_memory_file_of_another_kind_is_refused_before_any_episode(tmp_path):
     with pytest.raises(MemoryFormatError, match="not a reasoningbank memory"):
         run(tmp_path / "rb", **baseline("reasoningbank", **{"experience.bank": str(tmp_path / "expel" / "bank.json")}))
     assert not list((tmp_path / "rb").glob("trajectories/*.json"))
+    run(tmp_path / "empty", **baseline("expel", **{"experience.evolve": "frozen", "limit": 1}))
+    assert "empty frozen memory plays plain ReAct" in (tmp_path / "empty" / "run.log").read_text()
 
 
 def test_report_puts_the_baselines_beside_react_and_evoharness_base(tmp_path):
