@@ -31,6 +31,7 @@ BACKENDS = ("hf", "vllm", "vllm_server", "openai", "scripted", "replay")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONSOLIDATORS = ("none", "heuristic", "openai", "self")
 EVOLVE_MODES = ("frozen", "online")
+MEMORY_METHODS = ("evoharness", "expel", "reasoningbank")  # experience.method (evoharness_rl/experience/memory.py)
 LOGGERS = ("jsonl", "wandb")
 MODEL_SIZES = ("tiny", "mini", "small", "base")
 
@@ -276,6 +277,11 @@ class ExperienceConfig:
     max_retries: int = 4  # openai consolidator: retries with backoff before a call counts as failed
     request_timeout_s: float = 300.0  # openai consolidator: per-request timeout
     trajectories: Optional[str] = None  # consolidate: a .jsonl file, a trajectories/ folder or a run directory to learn from
+    # -- the paper's memory baselines (docs/experience.md, "Memory baselines"); eval only
+    method: str = "evoharness"  # evoharness (the BPE Experience bank) | expel | reasoningbank: an eval-only memory baseline put into the prompt at episode start (with harness.mode=env_only); its memory file is experience.bank, updated per experience.window by experience.consolidator (heuristic: no LLM; openai / self: the method's prompts)
+    memory_k: int = 3  # expel: successful trajectories retrieved into the prompt; reasoningbank: memory items retrieved (by BM25 similarity to the task)
+    max_insights: int = 20  # expel: insights shown in the prompt, most upvoted first
+    max_example_chars: int = 2500  # expel: characters of one retrieved successful trajectory in the prompt (a longer one keeps its start and end)
 
 
 # ------------------------------------------------------------------------ logger
@@ -361,6 +367,7 @@ def validate(cfg: Config) -> Config:
     _choice("model.dtype", cfg.model.dtype, DTYPES)
     _choice("experience.consolidator", cfg.experience.consolidator, CONSOLIDATORS)
     _choice("experience.evolve", cfg.experience.evolve, EVOLVE_MODES)
+    _check_memory_method(cfg)
     _choice("logger.backend", cfg.logger.backend, LOGGERS)
     _choice("grpo.loss_agg", cfg.grpo.loss_agg, ("token_mean", "seq_mean"))
     _choice("grpo.old_logprobs", cfg.grpo.old_logprobs, ("sampler", "recompute"))
@@ -377,6 +384,7 @@ def validate(cfg: Config) -> Config:
                  "grpo.group_size", "grpo.mini_batch_trajectories", "grpo.micro_batch_samples", "grpo.inner_epochs",
                  "experience.capacity", "experience.window", "episodes_per_task", "limit", "env.step_timeout_s",
                  "experience.max_field_chars", "experience.max_prompt_chars", "experience.request_timeout_s",
+                 "experience.memory_k", "experience.max_insights", "experience.max_example_chars",
                  "policy.request_timeout_s",
                  "env.max_live_episodes", "env.webarena.max_obs_tokens", "env.webarena.page_timeout_s",
                  "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha", "grpo.adam_eps"):
@@ -426,6 +434,20 @@ def _check_schedule(cfg: Config) -> None:
     if not h.schedule_source:
         raise ConfigError(f"harness.schedule={h.schedule} needs harness.schedule_source=DIR: an unmodified eval "
                           "of the same checkpoint on the same split (its out_dir)")
+
+
+def _check_memory_method(cfg: Config) -> None:
+    """A memory baseline (ExpeL, ReasoningBank) is an inference-time comparison on the ReAct agent: `eval` only."""
+    method = cfg.experience.method
+    _choice("experience.method", method, MEMORY_METHODS)
+    if method == "evoharness":
+        return
+    if cfg.command != "eval":
+        raise ConfigError(f"experience.method={method} is an inference-time memory baseline that only `eval` runs; "
+                          f"`{cfg.command}` uses the BPE Experience bank (leave experience.method=evoharness)")
+    if cfg.harness.mode != "env_only":
+        raise ConfigError(f"experience.method={method} puts its memory into the ReAct agent's prompt: set "
+                          f"harness.mode=env_only (got {cfg.harness.mode})")
 
 
 def _get(cfg: Any, dotted: str) -> Any:

@@ -23,7 +23,9 @@ saved in `out_dir/experience/` so a resumed run continues from the same bank, an
 final one as `out_dir/bank.json` (collect: the bank the teacher's traces evolved, which
 GRPO can start from), with `out_dir/history.jsonl` beside it: one line per window's
 consolidation (experience/history.py). Every record carries `bank_version` and `bank_cycle`:
-the bank its episode read.
+the bank its episode read. A memory baseline (`experience.method=expel | reasoningbank`,
+experience/memory.py) takes the bank's place in all of this: its memory is loaded or empty,
+put into each episode's prompt at its start, and updated per window in the same way.
 """
 
 from __future__ import annotations
@@ -127,14 +129,21 @@ def identity(cfg: Any, bank_hash: str = "", prompt_version: str = "", schedule_h
     return {
         "policy": _policy_identity(cfg),
         "bank": bank_hash or "empty",
-        "experience": [cfg.experience.evolve, cfg.experience.window, cfg.experience.consolidator]
-        if cfg.experience.evolve == "online" else "frozen",
+        "experience": _experience_identity(cfg.experience),
         "env": env,
         "harness": harness,
         "split": cfg.split,
         "seed": cfg.seed,
         "prompt_version": prompt_version,
     }
+
+
+def _experience_identity(e: Any) -> Any:
+    ident: Any = [e.evolve, e.window, e.consolidator] if e.evolve == "online" else "frozen"
+    if e.method != "evoharness":  # a memory baseline; EvoHarness runs keep the fingerprints they had before them
+        ident = {"method": e.method, "evolve": ident, "memory_k": e.memory_k, "max_insights": e.max_insights,
+                 "max_example_chars": e.max_example_chars, "max_field_chars": e.max_field_chars}
+    return ident
 
 
 def _policy_identity(cfg: Any) -> dict:
@@ -250,6 +259,9 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
         # numba/llvmlite (pulled in by bm25s) is loaded in the process.
         engine = engine or build_engine(cfg)
         bank = load_bank(cfg)
+        if cfg.experience.method != "evoharness" and cfg.experience.evolve == "frozen" and not bank.size():
+            log.warning(f"experience.method={cfg.experience.method} with an empty frozen memory plays plain ReAct; "
+                        "set experience.evolve=online or experience.bank=<a memory file>")
         tasks, version = split_tasks(engine.pool.env_factory, cfg.split, cfg.limit, cfg.env.prompt_style)
         jobs = eval_jobs(tasks, cfg.episodes_per_task, cfg.seed)
         table = plan_schedule(cfg, source, jobs) if source is not None else None
@@ -359,7 +371,8 @@ def _run_summary(cfg, records, tasks, fp, bank_hash, bank, wall_s, consolidator_
         "policy": cfg.policy.backend, "model": cfg.model.path, "tasks": len(tasks),
         "episodes_per_task": cfg.episodes_per_task, "seed": cfg.seed,
         **summarize(records),
-        "experience": {"bank": cfg.experience.bank, "evolve": cfg.experience.evolve, "bank_hash": bank_hash or None,
+        "experience": {"method": cfg.experience.method, "bank": cfg.experience.bank, "evolve": cfg.experience.evolve,
+                       "bank_hash": bank_hash or None,
                        "final_bank_hash": bank.content_hash() if bank is not None else None},
         "fingerprint": fp,
         "wall_s": round(wall_s, 3),
@@ -384,9 +397,14 @@ def _schedule_summary(cfg, records: list[Trajectory]) -> dict[str, Any]:
 
 def load_bank(cfg: Any):
     """The Experience bank of the run: `experience.bank` loaded, an empty bank for online
-    evolution, or None (no Experience entries: recall answers that nothing is stored)."""
+    evolution, or None (no Experience entries: recall answers that nothing is stored). A memory
+    baseline (`experience.method` expel | reasoningbank) gets its own store, loaded or empty."""
     from evoharness_rl.experience.bank import ExperienceBank
 
+    if cfg.experience.method != "evoharness":
+        from evoharness_rl.experience.memory import load_memory
+
+        return load_memory(cfg.experience)
     if cfg.experience.bank:
         return ExperienceBank.load(cfg.experience.bank, capacity=cfg.experience.capacity)
     if cfg.experience.evolve == "online":
@@ -405,8 +423,10 @@ def _load_window_bank(out: Path, k: int, window: list, bank) -> bool:
         return False
     from evoharness_rl.experience.bank import ExperienceBank
 
-    loaded = ExperienceBank.load(saved, capacity=bank.capacity)
-    bank.__dict__.update(loaded.__dict__)
+    if isinstance(bank, ExperienceBank):
+        bank.__dict__.update(ExperienceBank.load(saved, capacity=bank.capacity).__dict__)
+    else:  # a memory baseline's store
+        bank.adopt(type(bank).load(saved, capacity=bank.capacity))
     return True
 
 
@@ -425,6 +445,12 @@ def _consolidate_window(cfg: Any, bank, consolidator, window: list[Trajectory], 
     from evoharness_rl.experience import OpLimits, consolidate
     from evoharness_rl.experience.history import save_cycle
 
+    if cfg.experience.method != "evoharness":  # a memory baseline's update step (experience/memory.py)
+        from evoharness_rl.experience.memory import update_memory
+
+        report = update_memory(bank, window, consolidator, log=log)
+        save_cycle(bank, report, bank_path, history)
+        return report.llm_calls
     limits = OpLimits(max_field_chars=cfg.experience.max_field_chars)
     report = consolidate(bank, window, consolidator, limits=limits, log=log)
     save_cycle(bank, report, bank_path, history)

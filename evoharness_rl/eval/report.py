@@ -3,7 +3,8 @@
     text = report(["runs/sft_seen", "runs/rl_seen", "runs/rl_unseen", "runs/grpo"], out_dir="runs/report")
 
 - Every run directory with a `summary.json` (eval or collect) is one row of the table of
-  its environment and split, laid out like the paper's Table 1 / Table 3: success rate
+  its environment and split, laid out like the paper's Table 1 / Table 3: the method
+  (ReAct, EvoHarness-Base, EvoHarness, or a memory baseline: ExpeL, ReasoningBank), success rate
   per task family (ALFWorld: Pick, Look, Clean, Heat, Cool, Pick2), the average, the
   score where the environment has one, then harness calls, invalid actions and errors
   per episode. All rates are percentages.
@@ -104,12 +105,12 @@ def split_rows(env: str, split: str, runs: list[dict]) -> tuple[list[str], list[
     """(header, rows) of `split_table`."""
     summaries = [r["summary"] for r in runs]
     families = family_columns(env, summaries)
-    header = ["Run", "Mode", "Policy"] + [title for _, title in families]
+    header = ["Run", "Method", "Mode", "Policy"] + [title for _, title in families]
     header += ["Avg.", "Score", "Harness/ep", "Invalid/ep", "Steps", "Episodes", "Errors"]
     lines = []
     for run, s in zip(runs, summaries):
         per_family = s.get("per_family", {})
-        cells = [run["name"], _mode_label(s), _policy_label(s)]
+        cells = [run["name"], method_label(s), _mode_label(s), _policy_label(s)]
         cells += [_pct(per_family.get(key, {}).get("success_rate")) for key, _ in families]
         cells += [_pct(s.get("success_rate")), _num(s.get("score")), _num(s.get("harness_calls_per_episode")),
                   _num(s.get("invalid_actions_per_episode")), _num(s.get("steps")), str(s.get("episodes", 0)),
@@ -164,18 +165,29 @@ def seen_unseen_table(runs: list[dict]) -> Optional[str]:
     for run in runs:
         s = run["summary"]
         if s.get("split") in SPLIT_NAMES:
-            key = (s.get("env"), _mode_label(s), _policy_label(s))
+            key = (s.get("env"), method_label(s), _mode_label(s), _policy_label(s))
             pairs.setdefault(key, {})[SPLIT_NAMES[s["split"]]] = s
     rows = {k: v for k, v in pairs.items() if len(v) == 2}
     if not rows:
         return None
-    header = ["Env", "Mode", "Policy", "Seen SR", "Unseen SR", "Seen harness/ep", "Unseen harness/ep"]
+    header = ["Env", "Method", "Mode", "Policy", "Seen SR", "Unseen SR", "Seen harness/ep", "Unseen harness/ep"]
     lines = [_row(header), _row(["---"] * len(header))]
-    for (env, mode, policy), by in sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    for (env, method, mode, policy), by in sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0]))):
         seen, unseen = by["seen"], by["unseen"]
-        lines.append(_row([env, mode, policy, _pct(seen.get("success_rate")), _pct(unseen.get("success_rate")),
+        lines.append(_row([env, method, mode, policy, _pct(seen.get("success_rate")), _pct(unseen.get("success_rate")),
                            _num(seen.get("harness_calls_per_episode")), _num(unseen.get("harness_calls_per_episode"))]))
     return "\n".join(lines)
+
+
+METHOD_NAMES = {"expel": "ExpeL", "reasoningbank": "ReasoningBank"}  # experience.method -> the paper's row name
+MODE_NAMES = {"env_only": "ReAct", "always_on": "EvoHarness-Base", "adaptive": "EvoHarness"}
+
+
+def method_label(summary: dict) -> str:
+    """The paper's name for the row (Table 1): a memory baseline by `experience.method`, else by harness mode --
+    ReAct (env_only), EvoHarness-Base (always_on), EvoHarness (adaptive: the SFT/RL policies)."""
+    method = (summary.get("experience") or {}).get("method") or "evoharness"
+    return METHOD_NAMES.get(method) or MODE_NAMES.get(summary.get("mode", ""), summary.get("mode", "?"))
 
 
 def _mode_label(summary: dict) -> str:

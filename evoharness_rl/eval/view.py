@@ -345,7 +345,7 @@ def index_page(runs: list[SiteRun]) -> str:
     for (env, split), members in sorted(groups.items()):
         title = f"{env} — {split}" + (f" ({SPLIT_NAMES[split]})" if split in SPLIT_NAMES else "")
         header, rows = split_rows(env, split, [m.run for m in members])
-        parts += [f"<h2>Success per task family: {esc(title)}</h2>", table(header, rows, numeric_from=3)]
+        parts += [f"<h2>Success per task family: {esc(title)}</h2>", table(header, rows, numeric_from=4)]
         if (fig := families_figure(env, split, [m.run for m in members])) is not None:
             parts.append(svg(fig))
         parts += family_cost_section(members)

@@ -9,6 +9,9 @@
     heuristic.py      HeuristicConsolidator (no LLM; statistics through a Grounding)
     grounding.py      the Grounding protocol environments implement for the heuristic
     evolution.py      make_consolidator, frozen vs online evaluation protocols
+    memory.py         the memory baselines' shared store, snapshot, update cycle (experience.method)
+    expel.py          ExpeL: insights with votes + pooled successful trajectories
+    reasoningbank.py  ReasoningBank: title / description / content memory items
     cli.py            `evoharness-rl consolidate` and the bank report
 """
 

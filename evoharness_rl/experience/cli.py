@@ -255,7 +255,8 @@ def bank_log(source: str | os.PathLike) -> str:
         read = f"read {c['episodes_seen']}/{c['episodes_in_batch']} episodes" if full else f"{c.get('episodes', '?')} episodes"
         chosen = c.get("chosen") or c.get("ops", {})
         head = (f"cycle {cycle}{where} {c.get('status', '')}".rstrip() + f" [{c.get('source', '?')}]: {read}; chosen "
-                + ", ".join(f"{op} {chosen.get(op, 0)}" for op in OPS))
+                + ", ".join(f"{op} {chosen.get(op, 0)}" for op in (*OPS, *sorted(set(chosen) - set(OPS)))))
+        # (a memory baseline's cycles add their own operations: ExpeL's edit / upvote / downvote)
         redirected = {k: n for k, n in (c.get("redirected") or {}).items() if n}
         if redirected:
             head += "; redirected by the bank " + ", ".join(f"{k.replace('_to_', '->')} {n}" for k, n in redirected.items())

@@ -34,6 +34,7 @@ from evoharness_rl.experience.grounding import load_grounding
 from evoharness_rl.experience.heuristic import HeuristicConsolidator
 from evoharness_rl.experience.history import save_cycle
 from evoharness_rl.experience.llm import LLMConsolidator, openai_generate_text
+from evoharness_rl.experience.memory import MemoryUpdater, NoUpdate, make_updater
 from evoharness_rl.experience.operations import OpLimits
 from evoharness_rl.experience.retrieval import BankSnapshot
 from evoharness_rl.rollout.trajectory import Trajectory
@@ -41,18 +42,21 @@ from evoharness_rl.rollout.trajectory import Trajectory
 T = TypeVar("T")
 
 
-def make_consolidator(experience_cfg: Any, env_name: str, policy_generate: Callable[[list[dict]], str] | None = None) -> Consolidator:
-    """The consolidator `experience.consolidator` names.
+def make_consolidator(experience_cfg: Any, env_name: str, policy_generate: Callable[[list[dict]], str] | None = None
+                      ) -> Consolidator | MemoryUpdater:
+    """The consolidator `experience.consolidator` names; for a memory baseline (`experience.method` expel or
+    reasoningbank), that method's update step, by rules (heuristic) or by its prompts (openai, self).
 
     `policy_generate(messages) -> text` runs the current policy (required for `self`);
     `openai` builds a client from experience.base_url / model_name / api_key_env.
     """
     kind = experience_cfg.consolidator
     grounding = load_grounding(env_name)
+    baseline = getattr(experience_cfg, "method", "evoharness") != "evoharness"  # a memory baseline's update step
     if kind == "none":
-        return NoConsolidation()
+        return NoUpdate() if baseline else NoConsolidation()
     if kind == "heuristic":
-        return HeuristicConsolidator(grounding)
+        return make_updater(experience_cfg, grounding, None, "heuristic") if baseline else HeuristicConsolidator(grounding)
     if kind == "openai":
         generate = openai_generate_text(
             experience_cfg.model_name, experience_cfg.base_url, experience_cfg.api_key_env,
@@ -65,6 +69,8 @@ def make_consolidator(experience_cfg: Any, env_name: str, policy_generate: Calla
         generate, name = policy_generate, "self"
     else:
         raise ValueError(f"experience.consolidator={kind!r} is not valid; allowed: none, heuristic, openai, self")
+    if baseline:
+        return make_updater(experience_cfg, grounding, generate, name)
     return LLMConsolidator(generate, grounding.agent_description, grounding.task_noun, experience_cfg.fused,
                            experience_cfg.max_field_chars, experience_cfg.max_prompt_chars, name, grounding.describe_search)
 

@@ -181,7 +181,7 @@ class HeuristicConsolidator:
         ops: list[Operation] = []
         for pattern in sorted(p for p in families_of if refs_of.get(p)):
             families = families_of[pattern]
-            principle, how = self._advice(pattern)
+            principle, how = self.advice(pattern)
             refs = refs_of[pattern][:REFS_PER_OP]
             if len(families) >= 2:  # a general mistake replaces the per-family ones
                 op = self._reconcile(bank, "mistakes", "", pattern, principle, "", how, refs)
@@ -194,7 +194,8 @@ class HeuristicConsolidator:
                 ops.append(self._reconcile(bank, "mistakes", families[0], pattern, principle, "", how, refs))
         return ops
 
-    def _advice(self, pattern: str) -> tuple[str, str]:
+    def advice(self, pattern: str) -> tuple[str, str]:
+        """(principle, how_to_avoid) for a failure pattern: the grounding's wording, else the generic one."""
         specific = self.grounding.mistake_advice(pattern)
         if specific:
             return specific

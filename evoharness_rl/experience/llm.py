@@ -184,27 +184,7 @@ class _Run:
                 "failure_data": self.view.episodes(positions, won=False), "notes_text": self.view.notes(positions)}
 
     def _call(self, stage: str, user: str) -> Any | None:
-        p = self.proposal
-        p.calls += 1
-        p.prompt_chars += len(user)
-        try:
-            text = self.o.generate_text(prompts.messages(user))
-        except Exception as err:  # the endpoint is down or refused: this stage contributes nothing
-            p.failures.append(f"{stage}: the consolidator call failed: {type(err).__name__}: {one_line(str(err), 200)}")
-            return None
-        if getattr(text, "prompt_tokens", None) is not None:
-            p.prompt_tokens += int(text.prompt_tokens)
-            p.completion_tokens += int(text.completion_tokens or 0)
-            p.token_counted_calls += 1
-        if getattr(text, "finish_reason", None) == "length" or (isinstance(text, str) and json_cut_off(text)):
-            p.failures.append(f"{stage}: the answer was cut off ({len(text)} chars) before its JSON ended; "
-                              "raise experience.max_new_tokens")
-            return None
-        value = parse_last_json(text)
-        if value is None:
-            head = one_line(text if isinstance(text, str) else repr(text), 80)
-            p.failures.append(f"{stage}: no JSON object in the response ({len(text or '')} chars: {head!r})")
-        return value
+        return call_json(self.o.generate_text, stage, user, self.proposal)
 
     def _candidates(self, value: Any, stage: str, kinds: tuple[str, ...], prefix: str = "") -> dict[str, list[dict]]:
         if value is None:
@@ -336,6 +316,32 @@ class _Run:
             else:
                 refs.append(ref)
         return refs
+
+
+def call_json(generate_text: GenerateText, stage: str, user: str, p: Proposal) -> Any | None:
+    """One consolidation call: the JSON value its answer ends with, or None with the reason in `p.failures` (the
+    call failed, the answer was cut off, or it holds no JSON). Calls, prompt characters and tokens go into `p`.
+    Shared by this pipeline and the memory baselines (expel.py, reasoningbank.py)."""
+    p.calls += 1
+    p.prompt_chars += len(user)
+    try:
+        text = generate_text(prompts.messages(user))
+    except Exception as err:  # the endpoint is down or refused: this stage contributes nothing
+        p.failures.append(f"{stage}: the consolidator call failed: {type(err).__name__}: {one_line(str(err), 200)}")
+        return None
+    if getattr(text, "prompt_tokens", None) is not None:
+        p.prompt_tokens += int(text.prompt_tokens)
+        p.completion_tokens += int(text.completion_tokens or 0)
+        p.token_counted_calls += 1
+    if getattr(text, "finish_reason", None) == "length" or (isinstance(text, str) and json_cut_off(text)):
+        p.failures.append(f"{stage}: the answer was cut off ({len(text)} chars) before its JSON ended; "
+                          "raise experience.max_new_tokens")
+        return None
+    value = parse_last_json(text)
+    if value is None:
+        head = one_line(text if isinstance(text, str) else repr(text), 80)
+        p.failures.append(f"{stage}: no JSON object in the response ({len(text or '')} chars: {head!r})")
+    return value
 
 
 def _part(k: int, parts: int) -> str:

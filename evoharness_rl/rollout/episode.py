@@ -61,6 +61,7 @@ class Episode:
         self.settings = settings
         self.experience = experience
         self.spec = env.spec
+        self.memory_text = ""  # a memory baseline's prompt context (set at reset)
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -79,6 +80,11 @@ class Episode:
             recall_k=s.recall_k,
             progress_capacity=s.progress_capacity,
         )
+        # A memory baseline (experience/memory.py: ExpeL, ReasoningBank) is read once, at episode start, into the
+        # system prompt; the bank of EvoHarness is read through the workspace instead (recall, always_on views).
+        context = getattr(self.experience, "prompt_context", None)
+        self.memory_text, memory_ids = context(self.task.objective, self.task.family) if context else ("", [])
+        self.workspace.recalled_ids.extend(memory_ids)
         self.last_env: StepResult = first
         self.last_result: str = first.observation  # what the previous action returned
         self.done = False
@@ -124,14 +130,15 @@ class Episode:
             adaptive = False
         if self.settings.prompt_style == "compact":
             verbs = self.workspace.enabled_verbs if adaptive else ()
-            return compact_system_prompt(self.spec.action_format, self.spec.actions_label, verbs)
-        prompt = self.spec.system_prompts["env_only" if self.settings.prompt_variant == "stripped"
-                                          else self.settings.mode]
-        if adaptive:
+            prompt = compact_system_prompt(self.spec.action_format, self.spec.actions_label, verbs)
+        else:
+            prompt = self.spec.system_prompts["env_only" if self.settings.prompt_variant == "stripped"
+                                              else self.settings.mode]
+        if adaptive and self.settings.prompt_style != "compact":
             disabled = [v for v in ("track", "commit", "recall", "note") if v not in self.workspace.enabled_verbs]
             if disabled:
                 prompt += "\n\nNot available in this run (using them is invalid): " + ", ".join(disabled) + "."
-        return prompt
+        return prompt + (f"\n\n{self.memory_text}" if self.memory_text else "")
 
     # -- prompts ---------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ def test_alfworld_tables_seen_unseen_and_plots(tmp_path):
     row = next(line for line in lines if line.startswith("| rl_seen"))
     assert "| 100.0 | 90.0 | 80.0 | 70.0 | 60.0 | 50.0 | 75.0 |" in row and "| 3.25 |" in row
     assert "## alfworld — valid_unseen (unseen)" in text
-    pair = next(line for line in lines if line.startswith("| alfworld | adaptive"))
+    pair = next(line for line in lines if line.startswith("| alfworld | EvoHarness | adaptive"))
     assert "| 75.0 | 50.0 | 3.25 | 2.00 |" in pair
     for png in ("success_alfworld_valid_seen.png", "success_alfworld_valid_unseen.png", "grpo_training.png"):
         assert (out / png).stat().st_size > 1000 and f"]({png})" in text
@@ -58,7 +58,7 @@ def test_report_of_a_real_eval_run_uses_its_families(tmp_path):
     text = report([tmp_path / "scripted"])
     header = next(line for line in text.splitlines() if line.startswith("| Run"))
     assert "| clean | heat | pick | Avg. |" in header
-    assert "| scripted | adaptive | scripted | 100.0 | 100.0 | 100.0 | 100.0 |" in text
+    assert "| scripted | EvoHarness | adaptive | scripted | 100.0 | 100.0 | 100.0 | 100.0 |" in text
     cost = next(line for line in text.splitlines() if line.startswith("| scripted | eval"))
     summary = json.loads((tmp_path / "scripted" / "summary.json").read_text())["cost"]
     # episodes, successes, prompt and generated tokens (none: a text policy), env steps, harness calls
@@ -84,7 +84,7 @@ def test_cli_report_writes_markdown_and_plots(tmp_path):
     done = subprocess.run([sys.executable, "-m", "evoharness_rl", "report", f"runs=[{seen}]", f"out_dir={out}"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "| seen | adaptive | hf (rl) | 100.0 |" in done.stdout
+    assert "| seen | EvoHarness | adaptive | hf (rl) | 100.0 |" in done.stdout
     assert (out / "report.md").exists() and (out / "success_alfworld_valid_seen.png").exists()
     missing = subprocess.run([sys.executable, "-m", "evoharness_rl", "report", f"runs=[{tmp_path / 'nope'}]",
                               f"out_dir={out}"], capture_output=True, text=True, timeout=120)
@@ -151,6 +151,6 @@ def test_prompt_variants_are_told_apart(tmp_path):
                        "prompt_variant": variant}
             runs.append(_write(tmp_path, f"{variant}_{split}", summary))
     text = report(runs)
-    assert "| stripped_valid_seen | adaptive (stripped prompt) |" in text
-    pairs = [line for line in text.splitlines() if line.startswith("| alfworld | adaptive")]
+    assert "| stripped_valid_seen | EvoHarness | adaptive (stripped prompt) |" in text
+    pairs = [line for line in text.splitlines() if line.startswith("| alfworld | EvoHarness | adaptive")]
     assert len(pairs) == 2 and any("| 3.00 | 2.00 |" in p for p in pairs) and any("| 1.00 | 0.67 |" in p for p in pairs)

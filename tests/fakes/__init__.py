@@ -5,6 +5,7 @@
 - `steps.py`   count steps, with tasks that crash, hang or raise, and scripted/list backends (rollout, eval)
 - `keys.py`    find the key in a box: the harness unit tests' environment, Belief and Teacher
 - `consolidator.py`  a scripted consolidator model that records the prompts it is sent
+- `chat_server.py`  the same behind a real OpenAI-compatible HTTP endpoint (the `openai` consolidator)
 - `policy.py`  a few SFT steps that teach a tiny model the response format
 
 Pool workers import these modules by name, so they live here and not in a conftest.py.
