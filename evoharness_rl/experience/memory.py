@@ -23,6 +23,7 @@ EvoHarness bank, the other baseline's memory) or a damaged one fails in one line
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import json
 import logging
@@ -80,7 +81,7 @@ class SimilarityIndex:
         return ranked[:k]
 
 
-class MemorySnapshot:
+class MemorySnapshot(abc.ABC):
     """What the episodes of one window read: frozen, picklable, and an `ExperienceReader` (recall answers with the
     same memory, by the query). Subclasses implement `prompt_context`."""
 
@@ -88,9 +89,9 @@ class MemorySnapshot:
         self.content_hash = content_hash  # the trajectories' bank_version
         self.cycle = cycle  # the trajectories' bank_cycle
 
+    @abc.abstractmethod
     def prompt_context(self, objective: str, family: str) -> tuple[str, list[str]]:
         """-> (text for the system prompt, "" for an empty memory; ids of the items it shows)."""
-        raise NotImplementedError
 
     def recall(self, query: str, family: str, k: int) -> tuple[str, list[str]]:
         text, ids = self.prompt_context(query, family)
@@ -100,7 +101,7 @@ class MemorySnapshot:
 # ---------------------------------------------------------------------------------- stores
 
 
-class MemoryStore:
+class MemoryStore(abc.ABC):
     """A baseline's memory: JSON persistence, content hash, copy. Subclasses hold the items and their rules."""
 
     method: ClassVar[str] = ""
@@ -193,8 +194,9 @@ class MemoryStore:
                                     "remove `content_hash` to accept the edit")
         return store
 
+    @abc.abstractmethod
     def snapshot(self) -> MemorySnapshot:
-        raise NotImplementedError
+        """The frozen, picklable view the episodes of one window read."""
 
 
 # ---------------------------------------------------------------------------------- cycles
