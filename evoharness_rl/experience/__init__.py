@@ -9,6 +9,7 @@
     heuristic.py      HeuristicConsolidator (no LLM; statistics through a Grounding)
     grounding.py      the Grounding protocol environments implement for the heuristic
     evolution.py      make_consolidator, frozen vs online evaluation protocols
+    edit_check.py     experience.validate_edits: the verdict on a cycle (kept or rolled back) from held-out play
     cli.py            `evoharness-rl consolidate` and the bank report
 """
 
