@@ -146,6 +146,15 @@ def test_a_cycle_that_changes_nothing_visible_is_not_played(tmp_path):
     assert cycle["status"] == "ok" and not cycle["edit_check"]["played"]
 
 
+def test_a_check_whose_episodes_all_errored_keeps_the_cycle():
+    from evoharness_rl.experience.edit_check import EditCheck
+
+    check = EditCheck.judge(4, [], [True, True], margin=0.0, wall_s=2.5)  # no evidence for the old bank
+    assert not check.played and not check.rolled_back
+    assert check.metrics() == {"experience/rolled_back": 0.0, "experience/validate_s": 2.5,
+                               "experience/validate_episodes": 8.0}
+
+
 def test_off_by_default_nothing_is_played_or_logged(tmp_path):
     assert Config().experience.validate_edits is False
     run = _run(tmp_path, AddOne("Always do something ruinous."), validate_edits=False)
