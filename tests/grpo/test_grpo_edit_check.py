@@ -221,3 +221,40 @@ def _task_of(path) -> str:
     import json
 
     return json.loads(path.read_text())["task_id"]
+
+
+@pytest.mark.slow
+def test_two_processes_share_the_check_and_its_verdict(warm_model_dir, tmp_path):
+    """torchrun with 2 CPU processes (gloo): 3 check tasks split 2 + 1 over the processes, outcomes gathered."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from evoharness_rl.runlog import read_metrics
+
+    root = Path(__file__).parents[2]
+    code = tmp_path / "ddp.py"
+    code.write_text(
+        f"import sys; sys.path.insert(0, {str(root)!r}); import torch; torch.set_num_threads(1)\n"
+        "from tests.fakes.count import run_count_grpo\n"
+        "if __name__ == '__main__':\n"
+        f"    run_count_grpo({str(warm_model_dir)!r}, {str(tmp_path / 'run')!r}, updates=2, tasks_per_family=4,\n"
+        "                   experience={'validate_edits': True, 'validate_tasks': 3})\n"
+    )
+    torchrun = Path(sys.executable).with_name("torchrun")
+    out = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", "29519", str(code)],
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_metrics(tmp_path / "run")
+    assert [r["episodes"] for r in rows] == [8, 8]
+    assert "experience/validate_old_success" in rows[0]  # the first cycle adds to an empty bank: always played
+    assert rows[0]["experience/validate_episodes"] == 6  # both processes' check episodes
+    for row in rows:  # success over all three tasks: a multiple of 1/3, whichever process played them
+        for key in ("experience/validate_old_success", "experience/validate_new_success"):
+            assert key not in row or round(row[key] * 3, 6) == round(row[key] * 3)
+    cycles = read_history(tmp_path / "run" / "history.jsonl")
+    assert [c["edit_check"]["tasks"] for c in cycles if c["edit_check"]["played"]] == [3] * sum(
+        "experience/validate_old_success" in r for r in rows)
+    assert "5 train tasks (3 more held out for the edit check)" in (tmp_path / "run" / "run.log").read_text()
+
