@@ -277,6 +277,9 @@ class ExperienceConfig:
     max_retries: int = 4  # openai consolidator: retries with backoff before a call counts as failed
     request_timeout_s: float = 300.0  # openai consolidator: per-request timeout
     trajectories: Optional[str] = None  # consolidate: a .jsonl file, a trajectories/ folder or a run directory to learn from
+    validate_edits: bool = False  # GRPO: a cycle's edits must earn their place: the updated policy plays the held-out check tasks greedily with the bank before and after the cycle, and a cycle that lowers success by more than validate_margin is rolled back (docs/experience.md)
+    validate_tasks: int = 8  # validate_edits: train tasks held out of GRPO's task sampling for the check, every family in turn; a cycle that changes what the policy sees costs 2x this many greedy episodes
+    validate_margin: float = 0.0  # validate_edits: success-rate drop (0..1) a cycle may cause and stay; a larger drop rolls it back (0: any drop; 1/validate_tasks: one task)
     # -- the paper's memory baselines (docs/experience.md, "Memory baselines"); eval only
     method: str = "evoharness"  # evoharness (the BPE Experience bank) | expel | reasoningbank: an eval-only memory baseline put into the prompt at episode start (with harness.mode=env_only); its memory file is experience.bank, updated per experience.window by experience.consolidator (heuristic: no LLM; openai / self: the method's prompts)
     memory_k: int = 3  # expel: successful trajectories retrieved into the prompt; reasoningbank: memory items retrieved (by BM25 similarity to the task)
@@ -384,6 +387,7 @@ def validate(cfg: Config) -> Config:
                  "grpo.group_size", "grpo.mini_batch_trajectories", "grpo.micro_batch_samples", "grpo.inner_epochs",
                  "experience.capacity", "experience.window", "episodes_per_task", "limit", "env.step_timeout_s",
                  "experience.max_field_chars", "experience.max_prompt_chars", "experience.request_timeout_s",
+                 "experience.validate_tasks",
                  "experience.memory_k", "experience.max_insights", "experience.max_example_chars",
                  "policy.request_timeout_s",
                  "env.max_live_episodes", "env.webarena.max_obs_tokens", "env.webarena.page_timeout_s",
@@ -399,7 +403,7 @@ def validate(cfg: Config) -> Config:
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate",
-                 "env.webarena.real_test_fraction"):
+                 "env.webarena.real_test_fraction", "experience.validate_margin"):
         _fraction(name, _get(cfg, name))
     if cfg.grpo.group_size < 2:
         raise ConfigError(f"grpo.group_size={cfg.grpo.group_size} must be >= 2: a group of one trajectory has no "

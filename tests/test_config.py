@@ -134,6 +134,8 @@ def test_a_command_line_override_beats_the_env_defaults():
         ("harness.schedule=timing_shuffle", "harness.schedule_source"),  # a control needs its source run
         ("harness.schedule_retries=-1", "harness.schedule_retries"),
         ("harness.schedule=type_shuffle harness.schedule_source=x harness.mode=env_only", "harness.mode"),
+        ("experience.validate_tasks=0", "experience.validate_tasks"),
+        ("experience.validate_margin=-0.1", "experience.validate_margin"),
     ],
 )
 def test_invalid_values_name_the_field(override, field):

@@ -12,6 +12,7 @@
     memory.py         the memory baselines' shared store, snapshot, update cycle (experience.method)
     expel.py          ExpeL: insights with votes + pooled successful trajectories
     reasoningbank.py  ReasoningBank: title / description / content memory items
+    edit_check.py     experience.validate_edits: the verdict on a cycle (kept or rolled back) from held-out play
     cli.py            `evoharness-rl consolidate` and the bank report
 """
 

@@ -262,6 +262,10 @@ def bank_log(source: str | os.PathLike) -> str:
             head += "; redirected by the bank " + ", ".join(f"{k.replace('_to_', '->')} {n}" for k, n in redirected.items())
         if full:
             head += f"; bank {str(c.get('bank_before'))[:19]} -> {str(c.get('bank_after'))[:19]}"
+        check = c.get("edit_check") or {}
+        if check.get("played"):
+            head += (f"; edit check: success {check['old_success']:.3f} -> {check['new_success']:.3f} on "
+                     f"{check['tasks']} held-out tasks, {'rolled back' if check['rolled_back'] else 'kept'}")
         lines.append(head)
         for op in c.get("operations", []):
             lines.append("  " + _operation_line(op))

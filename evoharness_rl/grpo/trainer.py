@@ -13,6 +13,8 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
         AdamW step (grad clip)
     sync the new weights to the rollout backend
     consolidate the batch's trajectories and notes into the bank (once, after the batch)
+    experience.validate_edits: play the held-out check tasks greedily with the old and the new bank;
+        roll the cycle back when success drops by more than experience.validate_margin
     log; every eval_every updates validate (greedy, every task family); every save_every updates checkpoint
 
 What it simplifies: the reference is the SFT checkpoint for the whole run (no refresh);
@@ -33,6 +35,7 @@ optimizer step averages exactly the mini-batch's tokens however they are spread.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import random
@@ -400,25 +403,73 @@ def sync_weights(run: Run, u: int) -> None:
 
 
 def consolidate(run: Run, trajs: list) -> dict:
-    """Fold the whole batch (all processes) into the bank once; every process gets the new bank."""
+    """Fold the whole batch (all processes) into the bank once; every process gets the new bank.
+
+    With experience.validate_edits the cycle must then earn its place (`check_edits`): a cycle that lowers
+    the held-out success by more than experience.validate_margin is rolled back (the bank as before it).
+    """
     if run.bank is None:
         return {}
     from evoharness_rl.experience.consolidation import consolidate as consolidate_batch
 
     everything = gather_objects(run.accelerator, [_lean(t) for t in trajs])
+    before = copy.deepcopy(run.bank) if run.cfg.experience.validate_edits else None
     metrics: dict = {}
+    record = None
     if run.accelerator.is_main_process:
         # the bank counts its own consolidation cycles (it may arrive from collect with some already done)
         report = consolidate_batch(run.bank, everything, run.consolidator, update_index=run.bank.update_index + 1)
         metrics = report.metrics()
-        from evoharness_rl.experience.history import HISTORY_FILE, append_cycle
-
-        append_cycle(run.out_dir / HISTORY_FILE, report.cycle_record(update=run.state.update))
+        record = report.cycle_record(update=run.state.update)
     if run.accelerator.num_processes > 1:
         from accelerate.utils import broadcast_object_list
 
         run.bank = broadcast_object_list([run.bank])[0]
+    if before is not None:
+        check = check_edits(run, before)
+        metrics.update(check.metrics())
+        run.log.info(f"update {run.state.update}: {check.describe()}")
+        if check.rolled_back:
+            run.bank = before  # every process holds the same copy: no broadcast needed
+            metrics.update({f"experience/active_{kind}": float(n) for kind, n in before.composition().items()})
+        if record is not None:
+            record = check.annotate(record, kept_hash=run.bank.content_hash())
+    if record is not None:
+        from evoharness_rl.experience.history import HISTORY_FILE, append_cycle
+
+        append_cycle(run.out_dir / HISTORY_FILE, record)
     return metrics
+
+
+def check_edits(run: Run, before):
+    """experience.validate_edits: the current policy plays the held-out check tasks (`run.edit_tasks`) greedily
+    with the bank before the cycle and with the one it produced (`EditCheck`: the verdict and its cost). Not
+    played when the cycle changed no entry the policy can see."""
+    from evoharness_rl.experience.edit_check import EditCheck, changes_what_the_policy_sees
+
+    margin = run.cfg.experience.validate_margin
+    if not changes_what_the_policy_sees(before, run.bank):
+        return EditCheck.unplayed(margin)
+    start, stats = time.monotonic(), run.engine.stats  # the update's rollout statistics are logged after this
+    try:
+        won = []
+        for bank in (before, run.bank):
+            trajs = play_greedy(run, run.edit_tasks, bank.snapshot(), run.state.update)
+            won.append(gather_objects(run.accelerator, [bool(t.won) for t in trajs if t.error is None]))
+    finally:
+        run.engine.stats = stats
+    return EditCheck.judge(len(run.edit_tasks), won[0], won[1], margin, time.monotonic() - start)
+
+
+def play_greedy(run: Run, tasks: list[str], snapshot, u: int) -> list:
+    """This process's share of one greedy episode per task (eval settings, the given frozen bank): the decoding of
+    periodic validation and of the edit check."""
+    from evoharness_rl.rollout.engine import EpisodeJob, episode_settings
+
+    W, rank = run.accelerator.num_processes, run.accelerator.process_index
+    jobs = [EpisodeJob(task, seed=0, group=i) for i, task in enumerate(tasks) if i % W == rank]
+    run.engine.sampling = replace(run.base_sampling, temperature=0.0, seed=0)
+    return run.engine.run(jobs, episode_settings(run.cfg, train=False), experience=snapshot, update_index=max(u, 0))
 
 
 def _lean(traj):
@@ -469,15 +520,10 @@ def validate(run: Run, u: int) -> dict:
 
     Logs the overall rates as `val/<metric>` and each family's success as `val/success/<family>`.
     """
-    from evoharness_rl.rollout.engine import EpisodeJob, episode_settings
-
     if not run.eval_tasks:
         return {}
-    W, rank = run.accelerator.num_processes, run.accelerator.process_index
-    jobs = [EpisodeJob(task, seed=0, group=i) for i, task in enumerate(run.eval_tasks) if i % W == rank]
-    run.engine.sampling = replace(run.base_sampling, temperature=0.0, seed=0)
     snapshot = run.bank.snapshot() if run.bank is not None else None
-    trajs = run.engine.run(jobs, episode_settings(run.cfg, train=False), experience=snapshot, update_index=max(u, 0))
+    trajs = play_greedy(run, run.eval_tasks, snapshot, u)
     metrics = rollout_metrics(run.accelerator, trajs, run.engine.stats)
     keep = ("episodes", "success_rate", "steps_per_episode", "harness_calls_per_episode", "invalid_rate")
     out = {f"val/{k}": metrics[k] for k in keep}

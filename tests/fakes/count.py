@@ -137,8 +137,10 @@ def tiny_config(model_dir, out_dir, **grpo):
 
 
 def run_count_grpo(model_dir: str, out_dir: str, resume: bool = False, policy: dict | None = None,
-                   marker_dir: str | None = None, **grpo) -> str:
-    """Entry point for subprocess tests: a tiny GRPO run on the count env (`policy`: PolicyConfig overrides)."""
+                   marker_dir: str | None = None, experience: dict | None = None, tasks_per_family: int = 3,
+                   **grpo) -> str:
+    """Entry point for subprocess tests: a tiny GRPO run on the count env (`policy`, `experience`: PolicyConfig and
+    ExperienceConfig overrides)."""
     import functools
 
     from evoharness_rl.grpo.trainer import run_grpo
@@ -147,4 +149,6 @@ def run_count_grpo(model_dir: str, out_dir: str, resume: bool = False, policy: d
     cfg.resume = resume
     for key, value in (policy or {}).items():
         setattr(cfg.policy, key, value)
-    return str(run_grpo(cfg, env_factory=functools.partial(make_count_env, marker_dir=marker_dir)))
+    for key, value in (experience or {}).items():
+        setattr(cfg.experience, key, value)
+    return str(run_grpo(cfg, env_factory=functools.partial(make_count_env, tasks_per_family, marker_dir=marker_dir)))

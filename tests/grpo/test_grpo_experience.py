@@ -35,6 +35,7 @@ def test_two_updates_with_self_consolidation_keep_the_bank_as_training_state(war
             assert f"experience/chosen/{op}" in row and f"experience/applied/{op}" in row
         assert {"experience/redirected/add_to_update", "experience/redirected/add_to_skip"} <= row.keys()
         assert row["experience/llm_calls"] >= 2 and row["experience/prompt_tokens"] > 0
+        assert not [k for k in row if "validate" in k or "rolled_back" in k]  # experience.validate_edits is off
 
     cycles = read_history(run_dir / "history.jsonl")
     assert [(c["cycle"], c["update"]) for c in cycles] == [(1, 0), (2, 1)]
