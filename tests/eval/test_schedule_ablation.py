@@ -119,9 +119,9 @@ def test_the_report_puts_the_controls_beside_the_policy(tmp_path, source):
     text = report(runs)
     rows = [line for line in text.splitlines() if line.startswith("| ") and "scripted" in line]
     assert len(rows) == 3  # one table: the policy and both controls
-    assert rows[0].startswith("| policy | adaptive | scripted |")
-    assert rows[1].startswith("| timing_shuffle | adaptive (timing_shuffle schedule) |")
-    assert rows[2].startswith("| frequency_matched | adaptive (frequency_matched schedule) |")
+    assert rows[0].startswith("| policy | EvoHarness | adaptive | scripted |")
+    assert rows[1].startswith("| timing_shuffle | EvoHarness | adaptive (timing_shuffle schedule) |")
+    assert rows[2].startswith("| frequency_matched | EvoHarness | adaptive (frequency_matched schedule) |")
 
 
 def test_unmodified_runs_keep_the_fingerprints_they_had_before_schedules(tmp_path):
