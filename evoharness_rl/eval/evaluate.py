@@ -402,7 +402,7 @@ def load_bank(cfg: Any):
     from evoharness_rl.experience.bank import ExperienceBank
 
     if cfg.experience.method != "evoharness":
-        from evoharness_rl.experience.memory import load_memory
+        from evoharness_rl.experience.baselines import load_memory
 
         return load_memory(cfg.experience)
     if cfg.experience.bank:

@@ -9,7 +9,8 @@
     heuristic.py      HeuristicConsolidator (no LLM; statistics through a Grounding)
     grounding.py      the Grounding protocol environments implement for the heuristic
     evolution.py      make_consolidator, frozen vs online evaluation protocols
-    memory.py         the memory baselines' shared store, snapshot, update cycle (experience.method)
+    memory.py         the memory baselines' shared store, snapshot, update cycle
+    baselines.py      experience.method -> the baseline's store and update step (load_memory, make_updater)
     expel.py          ExpeL: insights with votes + pooled successful trajectories
     reasoningbank.py  ReasoningBank: title / description / content memory items
     edit_check.py     experience.validate_edits: the verdict on a cycle (kept or rolled back) from held-out play

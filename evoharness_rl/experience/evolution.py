@@ -34,7 +34,8 @@ from evoharness_rl.experience.grounding import load_grounding
 from evoharness_rl.experience.heuristic import HeuristicConsolidator
 from evoharness_rl.experience.history import save_cycle
 from evoharness_rl.experience.llm import LLMConsolidator, openai_generate_text
-from evoharness_rl.experience.memory import MemoryUpdater, NoUpdate, make_updater
+from evoharness_rl.experience.baselines import make_updater
+from evoharness_rl.experience.memory import MemoryUpdater, NoUpdate
 from evoharness_rl.experience.operations import OpLimits
 from evoharness_rl.experience.retrieval import BankSnapshot
 from evoharness_rl.rollout.trajectory import Trajectory

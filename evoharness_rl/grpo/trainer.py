@@ -86,7 +86,10 @@ def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
     finally:
         run.engine.close()
         run.log.close()
-        run.accelerator.end_training()  # leaves the process group (a gloo/NCCL group alive at exit can abort the process)
+        # A multi-process launch leaves its process group here (a gloo/NCCL group still alive at interpreter exit can
+        # abort a rank). In one process a group, if any, belongs to someone else (an in-process vLLM engine).
+        if run.accelerator.num_processes > 1:
+            run.accelerator.end_training()
 
 
 def train_update(run: Run, u: int) -> dict:

@@ -11,7 +11,8 @@ from evoharness_rl.config import ExperienceConfig
 from evoharness_rl.envs.alfworld.grounding import AlfworldGrounding
 from evoharness_rl.experience import ExperienceBank, make_consolidator
 from evoharness_rl.experience.expel import ExpeLMemory, ExpeLUpdater
-from evoharness_rl.experience.memory import MemoryFormatError, NoUpdate, load_memory, update_memory
+from evoharness_rl.experience.baselines import load_memory
+from evoharness_rl.experience.memory import MemoryFormatError, NoUpdate, update_memory
 from evoharness_rl.experience.reasoningbank import ReasoningBankMemory, ReasoningBankUpdater
 from tests.experience import synthetic
 from tests.fakes.consolidator import Scripted
