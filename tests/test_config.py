@@ -128,6 +128,7 @@ def test_a_command_line_override_beats_the_env_defaults():
         ("grpo.group_size=0", "grpo.group_size"),
         ("policy.top_p=1.5", "policy.top_p"),
         ("env.context=sometimes", "env.context"),
+        ("port=70000", "port"),
         ("env.prompt_style=terse", "env.prompt_style"),
         ("policy.teacher_slip_rate=1.5", "policy.teacher_slip_rate"),
         ("harness.schedule=reverse", "harness.schedule"),

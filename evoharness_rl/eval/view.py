@@ -38,6 +38,7 @@ import re
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -776,11 +777,41 @@ def compare_page(key: tuple[str, int], members: list[tuple[SiteRun, Episode]]) -
 
 
 def view_command(cfg: Any) -> None:
-    """CLI entry: `evoharness-rl view runs=[...] out_dir=SITE` writes the site and prints where it is."""
+    """CLI entry: `evoharness-rl view runs=[...] out_dir=SITE` writes the site and prints where it is
+    (`serve=true`: then serves it on loopback until Ctrl-C)."""
     from evoharness_rl.errors import UserError
 
     try:
         index = build_site(list(cfg.runs), cfg.out_dir)
     except ReportError as err:
         raise UserError(str(err)) from None
-    print(f"site: {index} (open it in a browser; it needs no server)")
+    if not cfg.serve:
+        print(f"site: {index} (open it in a browser; it needs no server)")
+        return
+    server = serve_site(index.parent, cfg.port)
+    print(f"site: {index}; serving it at http://127.0.0.1:{server.server_port}/ (loopback only; Ctrl-C stops)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def serve_site(site: str | Path, port: int = 0) -> ThreadingHTTPServer:
+    """An HTTP server for the folder `site` on 127.0.0.1:`port` (0: a free port), not yet serving.
+
+    Loopback only: the site holds prompts and model outputs, which are the user's to share. The
+    caller runs `serve_forever()` and closes it."""
+    from evoharness_rl.errors import UserError
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # one line per request would bury the URL
+            pass
+
+    handler = functools.partial(Quiet, directory=str(site))
+    try:
+        return ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as err:
+        raise UserError(f"cannot serve the site on 127.0.0.1:{port} ({err.strerror}); "
+                        f"pick another port=N, or port=0 for any free one") from None

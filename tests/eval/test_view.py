@@ -115,3 +115,44 @@ def test_page_parser_sees_rows_and_links(tmp_path):
                                      '</tbody></table>')
     page = Page(tmp_path / "a.html")
     assert page.rows_by_table == {"t": [{"data-x": "1"}]} and page.links == ["b.html"]
+
+
+def test_cli_view_serve_answers_on_loopback_and_stops_on_ctrl_c(runs, tmp_path):
+    import re
+    import signal
+    import urllib.request
+
+    site = tmp_path / "site"
+    proc = subprocess.Popen([sys.executable, "-m", "evoharness_rl", "view", f"runs=[{runs / 'adaptive'}]",
+                             f"out_dir={site}", "serve=true", "port=0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
+        assert url, line + proc.stderr.read() if proc.poll() is not None else line
+        index = urllib.request.urlopen(url.group(0), timeout=30).read().decode()
+        assert index == (site / "index.html").read_text()
+        episode = sorted(site.glob("episodes/*/*.html"))[0].relative_to(site).as_posix()
+        assert urllib.request.urlopen(url.group(0) + episode, timeout=30).status == 200
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_serve_on_a_taken_port_is_a_one_line_error(runs, tmp_path):
+    import socket
+
+    from evoharness_rl.errors import UserError
+    from evoharness_rl.eval.view import serve_site
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        with pytest.raises(UserError, match=r"cannot serve the site on 127\.0\.0\.1:\d+ .*port=0") as err:
+            serve_site(tmp_path, taken.getsockname()[1])
+        assert "\n" not in str(err.value)
+    finally:
+        taken.close()
