@@ -18,7 +18,8 @@ thread count.
    - `backend_alone_tokens_per_s`: the backend alone on the same requests (recorded from
      the engine, each with its own seed), at most `--tasks` at a time -- the most the
      engine can have in flight;
-   - `env_alone_steps_per_s`: the pool alone on the same env actions (raw commands);
+   - `env_alone_steps_per_s`: the pool alone on the same resets and env actions (raw
+     commands; `env_alone_s` its wall time: resets count even when no action reached the env);
    - `engine_vs_bound` = max(backend-alone wall, env-alone wall) / engine wall (target
      >= 0.85): 1.0 means the engine costs no more than its slower side alone.
    Each is the best of `--repeats` measurements (the machine may be shared). A model
@@ -82,7 +83,7 @@ def replay_raw(pool: EnvPool, jobs: list[EpisodeJob], actions: list[list[str]]) 
     keys = [f"raw{i}" for i in range(len(jobs))]
     start = time.perf_counter()
     pool.call([EnvReset(k, job.task_id, job.seed) for k, job in zip(keys, jobs)])
-    for step in range(max(len(a) for a in actions)):
+    for step in range(max((len(a) for a in actions), default=0)):
         live = [i for i in range(len(jobs)) if step < len(actions[i])]
         replies = pool.call([EnvStep(keys[i], actions[i][step]) for i in live])
         failed = [r.error for r in replies if not r.ok]
@@ -188,14 +189,15 @@ def bench_model(cfg: Config, tasks: list[str], backend_name: str, model: str, ar
                         backend.inner.generate(requests[i:i + len(jobs)], sampling)
                     backend_s = min(backend_s, time.perf_counter() - start)
                     actions = [env_actions(t) for t in trajs]
-                    env_s = min(env_s, replay_raw(engine.pool, jobs, actions) if any(actions) else 0.0)
+                    env_s = min(env_s, replay_raw(engine.pool, jobs, actions))  # resets count even with no steps
             steps = sum(len(a) for a in actions)
             results.append({
                 "backend": backend_name, "schedule": schedule, "turns": stats.turns, "env_steps": steps,
                 "generated_tokens": stats.generated_tokens, "engine_wall_s": stats.wall_s,
                 "engine_tokens_per_s": stats.generated_tokens / stats.wall_s,
                 "backend_alone_tokens_per_s": stats.generated_tokens / backend_s,
-                "env_alone_steps_per_s": steps / env_s if env_s else None,
+                "env_alone_steps_per_s": steps / env_s if steps else None,
+                "env_alone_s": env_s, "backend_alone_s": backend_s,
                 "engine_vs_bound": max(backend_s, env_s) / stats.wall_s,
                 "generate_share": stats.generate_s / stats.wall_s,
             })
@@ -275,6 +277,7 @@ def main() -> None:
         for r in bench_model(cfg, tasks, name, model, args):
             generated.append(r)
             env = f"{r['env_alone_steps_per_s']:7.1f}" if r["env_alone_steps_per_s"] else "    n/a"
+            env += f" ({r['env_alone_s']:.1f} s with resets; backend alone {r['backend_alone_s']:.1f} s)"
             print(f"{r['backend']:<5} {r['schedule']:<9} engine {r['engine_tokens_per_s']:7.1f} tok/s | backend alone "
                   f"{r['backend_alone_tokens_per_s']:7.1f} tok/s | env alone {env} steps/s | engine_vs_bound "
                   f"{r['engine_vs_bound']:.3f} (target >= 0.85)  [{r['turns']} turns, {r['env_steps']} env steps, "

@@ -8,8 +8,9 @@ Two schedules (`env.schedule`), the same records:
 `pipelined` (default): an episode's next generation request goes to the backend as soon
 as its observation is back, while the environment workers step the episodes whose
 responses were generated before. The main thread generates; a helper thread owns the
-`EnvPool` and sends it every step that is waiting, in one submission, as soon as the
-previous one is answered. The backend takes the episodes that are ready: token-level
+pool, sends each episode's reset or step to its worker as soon as it is asked for, and
+hands back each one's reply as soon as it is in (no episode waits for another's
+step). The backend takes the episodes that are ready: token-level
 continuous batching where it has a request queue (`StreamingBackend`: the
 offline vLLM engine), otherwise one `generate` call per micro-batch of at most
 `backend.batch_size` ready requests (hf and the text backends).
@@ -227,20 +228,26 @@ class RolloutEngine:
         envs = _EnvThread(self.pool)
         ready: deque[_Live] = deque()  # observation back, waiting for the backend
         resetting = 0  # slots taken by resets not answered yet
+        at_env = 0  # items (resets, steps) the workers have not answered yet
         try:
             while True:
                 free = self.max_live_episodes - len(live) - resetting
-                if queue and free > 0:
-                    batch = [queue.popleft() for _ in range(min(free, len(queue)))]
+                # One item per episode, so each starts as soon as its own reset is back; at most one reset in flight
+                # per worker, so a worker's queue never holds a slow reset ahead of running episodes' quick steps.
+                while queue and free > 0 and resetting < self.pool.num_workers:
+                    batch = [queue.popleft()]
                     envs.put(("reset", batch), self._reset_commands(batch, version))
-                    resetting += len(batch)
+                    resetting += 1
+                    at_env += 1
+                    free -= 1
                 if not (live or resetting):
                     break
-                idle = not ready and not driver.busy
+                idle = not driver.wants(len(ready), at_env) and not driver.busy
                 t0 = time.monotonic()
                 answered = envs.take(block=idle)
                 if idle:
                     self.stats.env_s += time.monotonic() - t0
+                at_env -= len(answered)
                 for (kind, payload), replies in answered:
                     if kind == "reset":
                         resetting -= len(payload)
@@ -256,7 +263,11 @@ class RolloutEngine:
                             ready.append(ep)
                         else:
                             envs.put(("capped", ep), [Finish(ep.key, capped=True)])
+                            at_env += 1
+                if not (driver.wants(len(ready), at_env) or driver.busy):
+                    continue  # a batch is still forming: wait for the environment
                 for ep, completion in driver.advance(ready):
+                    at_env += 1
                     if completion.error is not None:
                         envs.put(("step", (ep, completion)), [Finish(ep.key)])
                     else:
@@ -521,14 +532,18 @@ def _constant(text: str) -> str:
 
 
 class _EnvThread:
-    """Owns the `EnvPool` during a pipelined run.
+    """Owns the pool during a pipelined run.
 
-    Items (a tag and its commands) queue up while the pool is busy; as soon as the
-    previous submission is answered, every waiting item goes out in one submission (all
-    workers in parallel) and each item's replies come back to the main thread with its tag.
+    Each item (a tag and its commands) goes to its workers as soon as it is put; the
+    thread waits on the workers and hands each item's replies back to the main thread as
+    soon as that item's own commands are answered, whatever the workers still run for
+    others. So an episode whose step is done never waits for another episode's step, and
+    the workers' replies are read while the main thread is generating.
     """
 
-    def __init__(self, pool: EnvPool):
+    POLL_S = 0.002  # while work is in flight, a new item waits at most this long to go out
+
+    def __init__(self, pool: BasePool):
         self.pool = pool
         self._inbox: queues.SimpleQueue = queues.SimpleQueue()
         self._outbox: queues.SimpleQueue = queues.SimpleQueue()
@@ -558,41 +573,51 @@ class _EnvThread:
         return answered
 
     def stop(self) -> None:
-        """Let the submission in progress finish (the pool is the caller's again afterwards)."""
+        """Let the work in flight finish (the pool is the caller's again afterwards)."""
         self._inbox.put(None)
         self._thread.join()
 
     def _loop(self) -> None:
-        while True:
-            items = [self._inbox.get()]
-            while True:
-                try:
-                    items.append(self._inbox.get_nowait())
-                except queues.Empty:
-                    break
-            work = [item for item in items if item is not None]
-            if work:
-                try:
-                    replies = self.pool.call([cmd for _, commands in work for cmd in commands])
-                except BaseException as err:  # noqa: BLE001 - handed to the main thread, which raises it
-                    self._outbox.put(err)
-                    return
-                at = 0
-                for tag, commands in work:
-                    self._outbox.put((tag, replies[at : at + len(commands)]))
-                    at += len(commands)
-            if len(work) < len(items):  # stop() was called
-                return
+        stopping = False
+        try:
+            while not (stopping and not self.pool.busy):
+                items = []
+                if not stopping and not self.pool.busy:
+                    items.append(self._inbox.get())  # nothing in flight: sleep until there is work
+                while not stopping:
+                    try:
+                        items.append(self._inbox.get_nowait())
+                    except queues.Empty:
+                        break
+                for item in items:
+                    if item is None:
+                        stopping = True
+                    else:
+                        self.pool.submit(item[1], tag=item[0])
+                for pending in self.pool.answered(timeout=self.POLL_S):  # waits on the workers, not the inbox
+                    self._outbox.put((pending.tag, pending.replies))
+        except BaseException as err:  # noqa: BLE001 - handed to the main thread, which raises it
+            self._outbox.put(err)
 
 
 class _BatchDriver:
-    """Backends without a request queue: one `generate` call per micro-batch of ready episodes."""
+    """Backends without a request queue: one `generate` call per micro-batch of ready episodes.
+
+    A call costs about as much for one request as for many (on small models the per-token
+    overhead dominates), so the driver waits for a batch: it generates once the ready
+    episodes are a full micro-batch, or at least as many as those still at the environment
+    (the two halves then alternate, each generating while the other steps), or when
+    nothing is left at the environment to wait for.
+    """
 
     busy = False  # nothing is held between calls
 
     def __init__(self, engine: RolloutEngine):
         self.engine = engine
         self.size = getattr(engine.backend, "micro_batch", None) or engine.max_live_episodes
+
+    def wants(self, ready: int, at_env: int) -> bool:
+        return ready > 0 and (ready >= min(self.size, at_env) or at_env == 0)
 
     def advance(self, ready: deque) -> Iterable[tuple[_Live, Completion]]:
         if not ready:
@@ -611,6 +636,9 @@ class _StreamDriver:
     @property
     def busy(self) -> bool:
         return bool(self.waiting)
+
+    def wants(self, ready: int, at_env: int) -> bool:  # a request queue batches by itself: submit at once
+        return ready > 0
 
     def advance(self, ready: deque) -> list[tuple[_Live, Completion]]:
         engine, backend = self.engine, self.engine.backend

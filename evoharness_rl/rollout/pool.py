@@ -12,7 +12,10 @@
 
 `call` sends every worker its share of the commands in one message, so the workers
 run in parallel; a worker runs its commands in order and answers each one as soon as
-it is done. Replies come back in the order of the commands.
+it is done. Replies come back in the order of the commands. `submit` sends without
+waiting, and submissions may overlap: `answered` hands back each one as soon as its own
+commands are answered (the pipelined rollout engine sends every episode's step as its
+own submission, so no episode waits for another's).
 
 Episodes live in the worker chosen at `Reset` (the least loaded) until `Finish` or
 the end of the episode. A worker keeps its environment instances and reuses them for
@@ -308,12 +311,17 @@ def _fixed_hash_seed():
             del os.environ["PYTHONHASHSEED"]
 
 
-@dataclass
+@dataclass(eq=False)
 class Pending:
-    """A submission whose replies are not collected yet."""
+    """A submission: its replies fill in as the workers answer (`left` of them still to come)."""
 
     replies: list[Optional[Reply]]
-    batches: dict[int, list[tuple[int, Command]]]  # worker index -> [(reply position, command)]
+    left: int
+    tag: Any = None  # the caller's label, handed back with the replies by `answered`
+
+    @property
+    def done(self) -> bool:
+        return self.left == 0
 
 
 @dataclass
@@ -360,7 +368,10 @@ class BasePool(abc.ABC):
         self._lost: dict[str, str] = {}  # episode key -> why its worker was lost
         self._experience: tuple[int, bytes] = (0, b"")
         self.restarts = 0  # workers replaced after a crash or timeout
-        self._pending: Optional[Pending] = None
+        # per worker, what it was sent and has not answered yet, in order: (submission or None, position, command)
+        self._inflight: dict[int, deque[tuple[Optional[Pending], int, Command]]] = {}
+        self._heard: dict[int, float] = {}  # worker index -> when it last answered (or was sent work while idle)
+        self._complete: list[Pending] = []  # answered submissions not yet handed out by `answered` or `collect`
         self._closed = False
 
     # -- public -------------------------------------------------------------------------
@@ -377,43 +388,61 @@ class BasePool(abc.ABC):
         """Run `commands` (all workers in parallel); one reply per command, same order."""
         return self.collect(self.submit(commands))
 
-    def submit(self, commands: list[Command]) -> "Pending":
-        """Send `commands` to the workers and return at once; `collect` waits for the replies.
+    def submit(self, commands: list[Command], tag: Any = None) -> Pending:
+        """Send `commands` to their workers and return at once.
 
-        The caller may do other work (e.g. generate) while the workers run. One submission
-        is outstanding at a time, so each worker answers in the order it was asked.
+        Submissions may overlap: each worker answers what it was sent in order, and a
+        submission is complete as soon as its own commands are answered, whatever is still
+        running for later ones. Wait for one with `collect`, or take each as it completes
+        with `answered` (the pipelined rollout engine does, from its environment thread).
         """
         if self._closed:
             raise RuntimeError(f"{type(self).__name__}.submit after close()")
-        if self._pending is not None:
-            raise RuntimeError(f"{type(self).__name__}.submit while an earlier submission is not collected yet")
-        pending = Pending([None] * len(commands), {})
+        pending = Pending([None] * len(commands), len(commands), tag)
+        batches: dict[int, list[tuple[int, Command]]] = {}
         for position, cmd in enumerate(commands):
             worker = self._route(cmd)
             if worker is None:
-                reason = self._lost.get(cmd.key, f"unknown episode {cmd.key!r}")
-                pending.replies[position] = Reply(cmd.key, error=reason)
+                self._resolve(pending, position, Reply(cmd.key, error=self._lost.get(cmd.key, f"unknown episode {cmd.key!r}")))
             else:
-                pending.batches.setdefault(worker, []).append((position, cmd))
-        for index, batch in pending.batches.items():
-            self._send(index, batch)
-        self._pending = pending
+                batches.setdefault(worker, []).append((position, cmd))
+        for index, batch in batches.items():
+            self._send(index, pending, batch)
+        if not commands:
+            self._complete.append(pending)
         return pending
 
-    def collect(self, pending: "Pending") -> list[Reply]:
-        """Wait for the replies of a submission (killing and replacing silent or dead workers)."""
-        if pending is not self._pending:
-            raise RuntimeError(f"{type(self).__name__}.collect of a submission that is not the outstanding one")
-        self._pending = None
-        self._collect(pending.batches, pending.replies)
+    def collect(self, pending: Pending) -> list[Reply]:
+        """Wait for the replies of `pending` (killing and replacing silent or dead workers)."""
+        while not pending.done:
+            self._pump(None)
+        if pending in self._complete:
+            self._complete.remove(pending)
         return pending.replies  # type: ignore[return-value]
 
+    def answered(self, timeout: Optional[float]) -> list[Pending]:
+        """Submissions completed since the last call, in the order they completed; waits up to `timeout`
+        seconds (None: until one completes) when there are none yet and work is in flight."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._complete and self.busy:
+            self._pump(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        done, self._complete = self._complete, []
+        return done
+
+    @property
+    def busy(self) -> bool:
+        """Some worker has commands it has not answered yet."""
+        return any(self._inflight.values())
+
     def abandon(self, keys: list[str]) -> None:
-        """Collect any outstanding submission and end the episodes `keys` (after a caller error)."""
+        """Wait out every submission in flight and end the episodes `keys` (after a caller error)."""
         if self._closed:
             return
-        if self._pending is not None:
-            self.collect(self._pending)
+        while self.busy:
+            self._pump(None)
+        self._complete = []
         keys = [k for k in keys if k in self._home]
         if keys:
             self.call([Finish(k) for k in keys])
@@ -457,43 +486,54 @@ class BasePool(abc.ABC):
             return None
         raise KeyError(f"{type(cmd).__name__} for episode {cmd.key!r}, which was never reset in this pool")
 
-    def _send(self, index: int, batch: list[tuple[int, Command]]) -> None:
+    def _send(self, index: int, pending: Pending, batch: list[tuple[int, Command]]) -> None:
         worker = self._workers[index]
+        queue = self._inflight.setdefault(index, deque())
+        if not queue:
+            self._heard[index] = time.monotonic()  # the silence timeout counts from now
         commands = [cmd for _, cmd in batch]
         version, blob = self._experience
         if version and worker.experience_version != version and any(isinstance(c, Reset) for c in commands):
             commands.insert(0, _SetExperience("", version, blob))
-            batch.insert(0, (-1, commands[0]))
+            queue.append((None, -1, commands[0]))
             worker.experience_version = version
+        queue.extend((pending, position, cmd) for position, cmd in batch)
         self._transmit(index, commands)
 
-    def _collect(self, batches: dict[int, list[tuple[int, Command]]], replies: list[Optional[Reply]]) -> None:
-        waiting = {index: deque(batch) for index, batch in batches.items()}
-        heard = {index: time.monotonic() for index in waiting}
-        while waiting:
-            timeout = min(heard[i] for i in waiting) + self.step_timeout_s - time.monotonic()
-            for index, reply in self._wait(list(waiting), max(0.0, timeout)):
-                if index not in waiting:  # its worker was already failed in this round
-                    continue
-                if reply is DEAD:
-                    reason = self._crash_reason(index, waiting[index])
-                    self._fail_worker(index, waiting.pop(index), replies, reason)
-                    continue
-                position, cmd = waiting[index].popleft()
-                heard[index] = time.monotonic()
-                if position >= 0:
-                    replies[position] = reply
-                    self._forget_if_over(cmd, reply)
-                if not waiting[index]:
-                    del waiting[index]
-            now = time.monotonic()
-            for index in [i for i in waiting if now - heard[i] > self.step_timeout_s]:
-                _, cmd = waiting[index][0]
-                reason = (
+    def _resolve(self, pending: Pending, position: int, reply: Reply) -> None:
+        pending.replies[position] = reply
+        pending.left -= 1
+        if pending.done:
+            self._complete.append(pending)
+
+    def _pump(self, timeout: Optional[float]) -> None:
+        """Take the replies that arrive within `timeout` seconds (None: until one does, or a worker times out);
+        fail the workers that died or stayed silent for `step_timeout_s`."""
+        busy = [i for i, queue in self._inflight.items() if queue]
+        if not busy:
+            return
+        until_silent = min(self._heard[i] for i in busy) + self.step_timeout_s - time.monotonic()
+        wait_s = max(0.0, until_silent if timeout is None else min(timeout, until_silent))
+        for index, reply in self._wait(busy, wait_s):
+            queue = self._inflight.get(index)
+            if not queue:  # its worker was already failed in this round
+                continue
+            if reply is DEAD:
+                self._fail_worker(index, self._crash_reason(index, queue))
+                continue
+            pending, position, cmd = queue.popleft()
+            self._heard[index] = time.monotonic()
+            if pending is not None:
+                self._forget_if_over(cmd, reply)
+                self._resolve(pending, position, reply)
+        now = time.monotonic()
+        for index in busy:
+            queue = self._inflight.get(index)
+            if queue and now - self._heard[index] > self.step_timeout_s:
+                cmd = queue[0][2]
+                self._fail_worker(index, (
                     f"environment worker {index} gave no answer within env.step_timeout_s={self.step_timeout_s:g}s "
-                    f"while running {cmd.op} for episode {cmd.key!r}; it was killed and replaced"
-                )
-                self._fail_worker(index, waiting.pop(index), replies, reason)
+                    f"while running {cmd.op} for episode {cmd.key!r}; it was killed and replaced"))
 
     def _forget_if_over(self, cmd: Command, reply: Reply) -> None:
         over = not reply.ok or isinstance(cmd, Finish)
@@ -501,25 +541,26 @@ class BasePool(abc.ABC):
         if over and cmd.key in self._home:
             self._workers[self._home.pop(cmd.key)].keys.discard(cmd.key)
 
-    def _crash_reason(self, index: int, pending: deque) -> str:
+    def _crash_reason(self, index: int, queue: deque) -> str:
         doing = ""
-        if pending:
-            _, cmd = pending[0]
+        if queue:
+            cmd = queue[0][2]
             doing = f" while running {cmd.op} for episode {cmd.key!r}"
         return f"environment worker {index} crashed ({self._death(index)}){doing}; it was replaced"
 
-    def _fail_worker(self, index: int, pending: deque, replies: list[Optional[Reply]], reason: str) -> None:
-        """Kill and replace worker `index`; its episodes are lost with `reason`."""
+    def _fail_worker(self, index: int, reason: str) -> None:
+        """Kill and replace worker `index`; its episodes are lost with `reason`, and so is what it still owed."""
         worker = self._workers[index]
         self._kill(index)
         for key in worker.keys:
             self._lost[key] = reason
             self._home.pop(key, None)
-        for position, cmd in pending:
-            if position >= 0:
-                replies[position] = Reply(cmd.key, error=reason)
+        owed = self._inflight.pop(index, deque())
         self._workers[index] = self._start(index)
         self.restarts += 1
+        for pending, position, cmd in owed:
+            if pending is not None:
+                self._resolve(pending, position, Reply(cmd.key, error=reason))
 
     # -- transport (subclasses) ------------------------------------------------------------
 

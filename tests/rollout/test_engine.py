@@ -28,7 +28,7 @@ def test_scripted_episodes_finish_in_job_order(pool, context):
     assert [t.task_id for t in trajs] == TASKS
     assert all(t.won and t.error is None and not t.truncated for t in trajs)
     assert [t.steps for t in trajs] == [int(t.split("/")[1]) for t in TASKS]
-    assert max(backend.batch_sizes) == 3  # never more than max_live_episodes in flight
+    assert max(backend.batch_sizes) <= 3  # never more than max_live_episodes in flight
     assert sum(backend.batch_sizes) == sum(t.steps for t in trajs)  # one request per turn
     assert engine.stats.turns == sum(t.steps for t in trajs) and engine.stats.errors == 0
     first = trajs[0].turns[0]

@@ -58,6 +58,21 @@ def test_many_episodes_per_worker_run_to_the_end(fake_factory, settings):
         assert pool.live_keys == set()
 
 
+def test_overlapping_submissions_complete_on_their_own(fake_factory):
+    """A submission is handed back as soon as its own commands are answered, while a slower one still runs."""
+    with EnvPool(fake_factory(step_delay_s=0.3), num_workers=2, step_timeout_s=30) as pool:
+        pool.call([EnvReset(f"r{i}", "pick/9") for i in range(4)])  # r0, r2 on worker 0; r1, r3 on worker 1
+        assert pool._home == {"r0": 0, "r1": 1, "r2": 0, "r3": 1}
+        slow = pool.submit([EnvStep("r0", "step 1"), EnvStep("r2", "step 1")], tag="slow")  # 0.6 s on worker 0
+        fast = pool.submit([EnvStep("r1", "step 1")], tag="fast")  # 0.3 s on worker 1
+        first = pool.answered(timeout=None)
+        assert [p.tag for p in first] == ["fast"] and not slow.done and pool.busy
+        assert fast.replies[0].ok
+        assert all(r.ok for r in pool.collect(slow)) and not pool.busy
+        assert pool.answered(timeout=0) == []  # collected submissions are not handed out again
+        pool.call([Finish(f"r{i}") for i in range(4)])
+
+
 def test_env_instances_are_reused_across_episodes(fake_factory, settings):
     with EnvPool(fake_factory(), num_workers=1, step_timeout_s=30) as pool:
         first = pool.call([EnvReset("probe", "pick/1")])[0].value[1].info["instance"]

@@ -54,6 +54,21 @@ def test_pipelined_keeps_the_backend_busy_with_whatever_is_ready(fake_factory):
     assert sum(backend.batch_sizes) == sum(t.steps for t in trajs)
 
 
+@pytest.mark.parametrize("ready,at_env,size,go", [
+    (0, 0, 4, False),  # nothing to generate
+    (1, 3, 4, False),  # a batch is still forming: three more episodes are at the environment
+    (2, 2, 4, True),   # half ready, half stepping: generate this half while the other steps
+    (4, 9, 4, True),   # a full micro-batch
+    (1, 0, 4, True),   # nothing more is coming: do not wait
+])
+def test_the_batch_driver_waits_for_a_batch_only_while_more_is_coming(ready, at_env, size, go):
+    from evoharness_rl.rollout.engine import _BatchDriver
+
+    driver = _BatchDriver.__new__(_BatchDriver)
+    driver.size = size
+    assert driver.wants(ready, at_env) is go
+
+
 def _completions(pool, backend, schedule: str, seed: int) -> list[list[tuple[int, ...]]]:
     sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=12, seed=seed)
     engine = RolloutEngine(pool, backend, backend.tokenizer, sampling, max_prompt_tokens=4096, max_live_episodes=3,
