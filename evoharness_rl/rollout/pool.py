@@ -403,7 +403,8 @@ class BasePool(abc.ABC):
         for position, cmd in enumerate(commands):
             worker = self._route(cmd)
             if worker is None:
-                self._resolve(pending, position, Reply(cmd.key, error=self._lost.get(cmd.key, f"unknown episode {cmd.key!r}")))
+                reason = self._lost.get(cmd.key, f"unknown episode {cmd.key!r}")
+                self._resolve(pending, position, Reply(cmd.key, error=reason))
             else:
                 batches.setdefault(worker, []).append((position, cmd))
         for index, batch in batches.items():
