@@ -238,7 +238,7 @@ class GRPOConfig:
     entropy_coef: float = 0.001  # entropy bonus
     adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
     scale_rewards: str = "group"  # divisor of the group-centred reward: group (its group's std; the paper's GRPO) | batch (the std of every reward of the update: groups that differ only by small penalties keep small advantages) | none (Dr. GRPO: reward units)
-    loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean
+    loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean (each sample weighs the same) | traj_mean (each trajectory weighs the same however many turns it took; per-turn samples: see grpo/core.py)
     old_logprobs: str = "sampler"  # PPO's old policy: sampler (the logprobs the backend recorded; free) | recompute (one no-grad forward of the policy over the update's samples before its first step: about a third of a training step's compute; use when the sampler's numerics differ from the trainer's, e.g. vLLM in bf16)
     horizon_curriculum: list[int] = field(default_factory=list)  # step budgets over training, e.g. [8, 10, 15]; [] = env.max_steps_train
     lora: bool = False  # train LoRA adapters instead of full parameters (reference = adapters off)
@@ -374,7 +374,7 @@ def validate(cfg: Config) -> Config:
     _choice("experience.evolve", cfg.experience.evolve, EVOLVE_MODES)
     _check_memory_method(cfg)
     _choice("logger.backend", cfg.logger.backend, LOGGERS)
-    _choice("grpo.loss_agg", cfg.grpo.loss_agg, ("token_mean", "seq_mean"))
+    _choice("grpo.loss_agg", cfg.grpo.loss_agg, ("token_mean", "seq_mean", "traj_mean"))
     _choice("grpo.old_logprobs", cfg.grpo.old_logprobs, ("sampler", "recompute"))
     _choice("grpo.scale_rewards", cfg.grpo.scale_rewards, ("group", "batch", "none"))
     _choice("size", cfg.size, MODEL_SIZES)

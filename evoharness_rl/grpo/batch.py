@@ -124,6 +124,7 @@ class Sample:
     advantage: float  # the trajectory's group-normalised advantage
     trajectory: int  # index of the trajectory in the update's batch
     ref_logprobs: Optional[list[float]] = None  # reference logprob of each token, once the update's no-grad pass ran
+    traj_tokens: int = 0  # loss tokens of the whole trajectory, all its rows together (grpo.loss_agg=traj_mean)
 
     @property
     def loss_tokens(self) -> int:
@@ -152,6 +153,9 @@ def samples_from_trajectory(traj, advantage: float, index: int) -> list[Sample]:
             advantage=advantage,
             trajectory=index,
         ))
+    total = sum(row.loss_tokens for row in rows)
+    for row in rows:
+        row.traj_tokens = total
     return rows
 
 
@@ -176,7 +180,8 @@ def _accumulated_sample(traj, advantage: float, index: int) -> list[Sample]:
                 "context. The rollout engine cuts only what a turn adds (rollout/engine.py)"
             )
     logprobs = [lp if m else 0.0 for lp, m in zip(traj.sequence_logprobs, traj.loss_mask)]
-    return [Sample(list(traj.sequence_ids), list(traj.loss_mask), logprobs, advantage, index)]
+    return [Sample(list(traj.sequence_ids), list(traj.loss_mask), logprobs, advantage, index,
+                   traj_tokens=sum(traj.loss_mask))]
 
 
 # ----------------------------------------------------------------------- micro-batches
@@ -193,6 +198,7 @@ class MicroBatch:
     loss_mask: torch.Tensor  # [B, K] 1 on policy tokens
     old_logp: torch.Tensor  # [B, K] behaviour logprobs
     adv: torch.Tensor  # [B]
+    traj_tokens: torch.Tensor  # [B] loss tokens of each row's whole trajectory (grpo.loss_agg=traj_mean)
     ref_logp: Optional[torch.Tensor] = None  # [B, K] reference logprobs (from the update's no-grad pass)
     keep_positions: Optional[torch.Tensor] = None  # packed: [N] positions of the flattened rows that predict a loss token
     gather: Optional[torch.Tensor] = None  # packed: [B, K] index into keep_positions of each loss token (0 elsewhere)
@@ -229,6 +235,7 @@ def _loss_window(samples: list[Sample]) -> tuple[int, dict[str, Optional[torch.T
         ref_logp=(torch.tensor(_right_aligned([s.ref_logprobs for s in samples], K, 0.0), dtype=torch.float32)
                   if with_ref else None),
         adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+        traj_tokens=torch.tensor([max(s.traj_tokens, 1) for s in samples], dtype=torch.float32),
     )
     return K, window
 
@@ -308,7 +315,7 @@ def build(samples: list[Sample], pad_id: int, packed: bool) -> MicroBatch:
 
 def padding_sample(pad_id: int) -> Sample:
     """A row with no loss tokens: keeps collective calls in step when a process has fewer micro-batches."""
-    return Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0, -1)
+    return Sample([pad_id, pad_id], [0, 0], [0.0, 0.0], 0.0, -1, traj_tokens=1)
 
 
 def mini_batches(

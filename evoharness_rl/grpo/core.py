@@ -34,11 +34,20 @@ Token aggregation (`agg`):
 - `token_mean`: sum of token_loss over every loss token of the mini-batch / number of
   those tokens (each generated token weighs the same; long responses weigh more);
 - `seq_mean`: each sequence's token_loss averaged over its own loss tokens, then averaged
-  over sequences (each sample weighs the same).
+  over sequences (each sample weighs the same);
+- `traj_mean`: each row's token_loss summed and divided by `traj_tokens`, the loss tokens of
+  the row's whole trajectory (all its turns), then averaged over trajectories: each
+  trajectory weighs the same however many turns it took. With per-turn samples and
+  `token_mean`, a trajectory weighs by its number of turns; failures run to the horizon
+  while successes stop early, so within a group sum_i A_i * n_i < 0 and every token the
+  policy emits in most turns (the response format, common commands) is pushed down by the
+  group's long failures, although the centred advantages sum to zero. `traj_mean` makes
+  each group's weighted advantages sum to zero again. For one row per trajectory
+  (accumulated context) it equals `seq_mean`.
 With micro-batches (gradient accumulation) or several processes, pass `denom` = the
-mini-batch's token count (token_mean) or sequence count (seq_mean) divided by the number of
-processes, so that the sum of micro-batch losses, averaged over processes by DDP, is exactly
-the mini-batch mean.
+mini-batch's token count (token_mean), sequence count (seq_mean) or trajectory count
+(traj_mean) divided by the number of processes, so that the sum of micro-batch losses,
+averaged over processes by DDP, is exactly the mini-batch mean.
 """
 
 from __future__ import annotations
@@ -50,7 +59,7 @@ import torch
 
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean")
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "traj_mean")
 ADVANTAGE_SCALES = ("group", "batch", "none")
 
 
@@ -163,6 +172,7 @@ def policy_loss(
     entropy_coef: float = 0.0,
     agg: str = "token_mean",
     denom: float | None = None,
+    traj_tokens: torch.Tensor | None = None,  # [B] agg="traj_mean": loss tokens of each row's whole trajectory
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss with k3 KL to the reference and an entropy bonus (see module docstring).
 
@@ -172,7 +182,7 @@ def policy_loss(
     Returns (scalar loss, stats) with stats averaged over loss tokens (`ratio_max`: their largest ratio).
     """
     loss, stats = policy_loss_tensors(logp, old_logp, adv, mask, clip_eps, ref_logp, kl_coef, entropy, entropy_coef,
-                                      agg, denom)
+                                      agg, denom, traj_tokens)
     return loss, {k: float(v) for k, v in stats.items()}
 
 
@@ -188,6 +198,7 @@ def policy_loss_tensors(
     entropy_coef: float = 0.0,
     agg: str = "token_mean",
     denom: float | None = None,
+    traj_tokens: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`policy_loss` with its statistics left as 0-d tensors on the loss's device: the trainer sums them over
     micro-batches and copies them to the host once per optimizer step instead of once per statistic."""
@@ -198,6 +209,9 @@ def policy_loss_tensors(
             f"shape mismatch: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, "
             f"mask {tuple(mask.shape)} must be [B, L] and adv {tuple(adv.shape)} must be [B]"
         )
+    if agg == "traj_mean" and (traj_tokens is None or traj_tokens.shape != adv.shape):
+        raise ValueError(f"agg='traj_mean' needs traj_tokens [B] (loss tokens of each row's trajectory), got "
+                         f"{None if traj_tokens is None else tuple(traj_tokens.shape)}")
     mask = mask.bool()
     zeros = torch.zeros_like(logp)
     log_ratio = torch.where(mask, logp - old_logp, zeros)  # [B, L]
@@ -213,7 +227,7 @@ def policy_loss_tensors(
     if entropy is not None:
         token_loss = token_loss - entropy_coef * entropy
     token_loss = torch.where(mask, token_loss, zeros)  # [B, L]
-    loss = _aggregate(token_loss, mask, agg, denom)
+    loss = _aggregate(token_loss, mask, agg, denom, traj_tokens)
 
     with torch.no_grad():
         n = mask.sum().clamp(min=1)
@@ -230,10 +244,17 @@ def policy_loss_tensors(
     return loss, stats
 
 
-def _aggregate(token_loss: torch.Tensor, mask: torch.Tensor, agg: str, denom: float | None) -> torch.Tensor:
-    """token_loss [B, L] (0 off-mask), mask [B, L] -> scalar."""
+def _aggregate(token_loss: torch.Tensor, mask: torch.Tensor, agg: str, denom: float | None,
+               traj_tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """token_loss [B, L] (0 off-mask), mask [B, L], traj_tokens [B] (traj_mean) -> scalar."""
     if agg == "token_mean":
         return token_loss.sum() / (denom if denom is not None else mask.sum().clamp(min=1))
+    if agg == "traj_mean":
+        share = traj_tokens.to(token_loss.dtype).clamp(min=1)  # [B]
+        per_row = token_loss.sum(dim=1) / share  # [B] this row's part of its trajectory's mean
+        # Default normaliser: the trajectories present, counting a trajectory whose rows are only partly here by
+        # the share of its loss tokens that are (whole trajectories count 1).
+        return per_row.sum() / (denom if denom is not None else (mask.sum(dim=1) / share).sum().clamp(min=1e-12))
     per_seq_tokens = mask.sum(dim=1)  # [B]
     per_seq = token_loss.sum(dim=1) / per_seq_tokens.clamp(min=1)  # [B]
     return per_seq.sum() / (denom if denom is not None else (per_seq_tokens > 0).sum().clamp(min=1))

@@ -356,7 +356,7 @@ def micro_loss(run: Run, batch: B.MicroBatch, denom: float):
     logp, entropy = token_logprobs(run.model, batch, "grad" if g.entropy_coef > 0 else "detached",
                                    run.cfg.grpo.temperature)  # [B, K] x2
     return core.policy_loss_tensors(logp, batch.old_logp, batch.adv, batch.loss_mask, g.clip_eps, ref_logp,
-                                    g.kl_coef, entropy, g.entropy_coef, g.loss_agg, denom)
+                                    g.kl_coef, entropy, g.entropy_coef, g.loss_agg, denom, batch.traj_tokens)
 
 
 def _host(step_stats: list[dict]) -> list[dict]:
@@ -370,12 +370,12 @@ def _host(step_stats: list[dict]) -> list[dict]:
 
 def _agree_on_sizes(run: Run, micro: list[list[B.Sample]]) -> tuple[int, float]:
     """(micro-batches every process runs, loss normaliser per process) for one mini-batch."""
-    rows = [s for chunk in micro for s in chunk]
-    local = torch.tensor([len(micro), sum(s.loss_tokens for s in rows), sum(1 for s in rows if s.loss_tokens)],
+    rows = [s for chunk in micro for s in chunk if s.loss_tokens]
+    local = torch.tensor([len(micro), sum(s.loss_tokens for s in rows), len(rows), len({s.trajectory for s in rows})],
                          dtype=torch.float64, device=run.accelerator.device)
-    everyone = run.accelerator.gather(local[None]).reshape(-1, 3)  # [W, 3]
+    everyone = run.accelerator.gather(local[None]).reshape(-1, 4)  # [W, 4]
     world = everyone.shape[0]
-    unit = everyone[:, 1].sum() if run.cfg.grpo.loss_agg == "token_mean" else everyone[:, 2].sum()
+    unit = everyone[:, 1 + core.LOSS_AGGREGATIONS.index(run.cfg.grpo.loss_agg)].sum()  # tokens | rows | trajectories
     return int(everyone[:, 0].max()), float(unit) / world
 
 

@@ -86,6 +86,15 @@ def test_mini_batches_split_trajectories_evenly_and_keep_their_samples_together(
     assert all(len(chunk) <= 3 for chunk in B.micro_batches(groups[0], 3))
 
 
+def test_rows_of_a_trajectory_carry_its_loss_tokens():
+    from evoharness_rl.rollout.trajectory import Trajectory, Turn
+    turns = [Turn(index=i, messages=[], response="", action_kind="env", action="look", prompt_ids=[1, 2],
+                  completion_ids=[3] * (i + 1), logprobs=[-0.1] * (i + 1)) for i in range(3)]
+    rows = B.samples_from_trajectory(Trajectory(task_id="t", family="f", env="fake", turns=turns), 0.5, 0)
+    assert [r.loss_tokens for r in rows] == [1, 2, 3] and [r.traj_tokens for r in rows] == [6, 6, 6]
+    assert B.collate(rows, 0).traj_tokens.tolist() == [6.0, 6.0, 6.0]
+
+
 def test_task_sampler_is_seeded_and_resumable():
     ids = [f"t{i}" for i in range(5)]
     a = TaskSampler(ids, seed=1)

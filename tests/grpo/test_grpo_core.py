@@ -158,6 +158,33 @@ def test_policy_loss_clipping_by_hand():
     seq_loss, _ = core.policy_loss(logp, old, adv, mask, clip_eps=0.2, agg="seq_mean")
     # seq_mean = ((-1.2 - 1) / 2 + (1.1 + 0.8 + 1) / 3) / 2 = (-1.1 + 0.966667) / 2 = -0.0666667
     assert seq_loss.item() == pytest.approx((-1.1 + 2.9 / 3) / 2)
+    # traj_mean with both rows turns of one trajectory of 2 + 3 = 5 loss tokens: (-2.2 + 2.9) / 5 / 1 = 0.14,
+    # the token mean (one trajectory). As turns of two trajectories of 5 and 10 loss tokens, the rest of them in
+    # other micro-batches: with denom 2 (the mini-batch's trajectories), (-2.2 / 5 + 2.9 / 10) / 2 = -0.075; without
+    # a denom, the trajectories count by the share of their tokens present, 2 / 5 + 3 / 10 = 0.7: -0.15 / 0.7
+    one, _ = core.policy_loss(logp, old, adv, mask, clip_eps=0.2, agg="traj_mean",
+                              traj_tokens=torch.tensor([5.0, 5.0]))
+    assert one.item() == pytest.approx(0.14)
+    tokens = torch.tensor([5.0, 10.0])
+    two, _ = core.policy_loss(logp, old, adv, mask, clip_eps=0.2, agg="traj_mean", traj_tokens=tokens, denom=2.0)
+    assert two.item() == pytest.approx(-0.075)
+    part, _ = core.policy_loss(logp, old, adv, mask, clip_eps=0.2, agg="traj_mean", traj_tokens=tokens)
+    assert part.item() == pytest.approx(-0.15 / 0.7)
+
+
+def test_traj_mean_weighs_trajectories_equally_whatever_their_turn_count():
+    # One group: a success in 2 turns (A = +1) and a failure in 6 turns (A = -1), every turn emitting the same
+    # token at logprob log 0.5 (the response format, say). Per token at ratio 1, d(pg_loss)/d(logp) = -A.
+    # token_mean: (2 * -1 + 6 * +1) / 8 = +0.5 in all: the shared token is pushed down by the long failure.
+    # traj_mean: (2 * -1 / 2 + 6 * +1 / 6) / 2 = 0: the group's centred advantages cancel, as they should.
+    turns = [1.0] * 2 + [-1.0] * 6
+    logp = torch.full((8, 1), math.log(0.5), dtype=torch.float64, requires_grad=True)
+    adv, mask = torch.tensor(turns, dtype=torch.float64), torch.ones(8, 1)
+    traj_tokens = torch.tensor([2.0] * 2 + [6.0] * 6)
+    for agg, shared_grad in (("token_mean", 0.5), ("traj_mean", 0.0)):
+        loss, _ = core.policy_loss(logp, logp.detach(), adv, mask, agg=agg, traj_tokens=traj_tokens)
+        (grad,) = torch.autograd.grad(loss, logp)
+        assert grad.sum().item() == pytest.approx(shared_grad, abs=1e-12)
 
 
 def test_policy_loss_kl_and_entropy_by_hand():
@@ -196,7 +223,7 @@ def _loop_policy_loss(logp, old, adv, mask, clip_eps, ref, kl_coef, ent, ent_coe
     return total / n if agg == "token_mean" else sum(seq_losses) / len(seq_losses)
 
 
-@pytest.mark.parametrize("agg", ["token_mean", "seq_mean"])
+@pytest.mark.parametrize("agg", ["token_mean", "seq_mean", "traj_mean"])
 def test_vectorised_loss_matches_per_sample_loop(agg):
     g = torch.Generator().manual_seed(0)
     B, L = 5, 9
@@ -207,9 +234,10 @@ def test_vectorised_loss_matches_per_sample_loop(agg):
     adv = torch.randn(B, generator=g, dtype=torch.float64)
     mask = (torch.rand(B, L, generator=g) > 0.4).long()
     mask[0] = 0  # a row without loss tokens
-    loss, _ = core.policy_loss(logp, old, adv, mask, 0.2, ref, 0.05, ent, 0.01, agg)
+    # traj_mean with one trajectory per row is seq_mean (the loop computes that)
+    loss, _ = core.policy_loss(logp, old, adv, mask, 0.2, ref, 0.05, ent, 0.01, agg, traj_tokens=mask.sum(1).double())
     expected = _loop_policy_loss(logp.tolist(), old.tolist(), adv.tolist(), mask.tolist(), 0.2, ref.tolist(), 0.05,
-                                 ent.tolist(), 0.01, agg)
+                                 ent.tolist(), 0.01, "token_mean" if agg == "token_mean" else "seq_mean")
     assert loss.item() == pytest.approx(expected, rel=1e-12)
 
 
@@ -218,9 +246,12 @@ def test_micro_batches_with_denom_sum_to_the_full_loss():
     logp = -torch.rand(6, 7, generator=g, dtype=torch.float64)
     old, adv = logp - 0.1, torch.randn(6, generator=g, dtype=torch.float64)
     mask = (torch.rand(6, 7, generator=g) > 0.3).long()
-    for agg, denom in (("token_mean", float(mask.sum())), ("seq_mean", float((mask.sum(1) > 0).sum()))):
-        full, _ = core.policy_loss(logp, old, adv, mask, agg=agg)
-        parts = [core.policy_loss(logp[s], old[s], adv[s], mask[s], agg=agg, denom=denom)[0]
+    traj = torch.tensor([3, 3, 2, 2, 2, 1])  # rows 0-1, 2-4 and 5 are turns of three trajectories
+    traj_tokens = torch.stack([mask[traj == t].sum() for t in traj]).double()  # [6]
+    for agg, denom in (("token_mean", float(mask.sum())), ("seq_mean", float((mask.sum(1) > 0).sum())),
+                       ("traj_mean", 3.0)):
+        full, _ = core.policy_loss(logp, old, adv, mask, agg=agg, traj_tokens=traj_tokens)
+        parts = [core.policy_loss(logp[s], old[s], adv[s], mask[s], agg=agg, denom=denom, traj_tokens=traj_tokens[s])[0]
                  for s in (slice(0, 2), slice(2, 6))]
         assert sum(p.item() for p in parts) == pytest.approx(full.item(), rel=1e-12)
 
@@ -246,3 +277,5 @@ def test_policy_loss_rejects_bad_shapes_and_agg():
         core.policy_loss(logp, old[:, :2], adv, mask)
     with pytest.raises(ValueError, match="agg"):
         core.policy_loss(logp, old, adv, mask, agg="sum")
+    with pytest.raises(ValueError, match="traj_tokens"):
+        core.policy_loss(logp, old, adv, mask, agg="traj_mean")

@@ -335,6 +335,38 @@ def test_one_optimizer_step_moves_logprobs_with_the_advantage(tiny_model_dir):
     assert after[1][0, -2:].sum() < before[1][0, -2:].sum()  # advantage -1: less likely
 
 
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean", "traj_mean"])
+def test_accumulated_micro_batches_give_the_whole_mini_batch_gradient(tiny_model_dir, loss_agg):
+    """The trainer's normaliser (`_agree_on_sizes`) makes one row per micro-batch sum to core's loss on all rows:
+    per-turn rows of two trajectories (3 turns and 1 turn), gradients equal to 1e-6."""
+    from evoharness_rl.grpo import core
+    from evoharness_rl.grpo.batch import Sample, collate
+    from evoharness_rl.grpo.policy import token_logprobs
+    from evoharness_rl.grpo.trainer import micro_loss, _agree_on_sizes
+
+    run = _step_run(tiny_model_dir, micro_batch_samples=1)
+    run.cfg.grpo.loss_agg, run.cfg.grpo.kl_coef, run.cfg.grpo.entropy_coef = loss_agg, 0.0, 0.0
+    turns = [([5, 6], [20, 21], 1.0, 0), ([5, 7], [22], 1.0, 0), ([5, 8], [23, 24, 25], 1.0, 0), ([5, 9], [26], -1.0, 1)]
+    rows = [Sample(p + c, [0] * len(p) + [1] * len(c), [0.0] * len(p) + [-1.0] * len(c), a, t) for p, c, a, t in turns]
+    for row in rows:
+        row.traj_tokens = sum(r.loss_tokens for r in rows if r.trajectory == row.trajectory)
+    _, denom = _agree_on_sizes(run, [[r] for r in rows])
+    assert denom == {"token_mean": 7, "seq_mean": 4, "traj_mean": 2}[loss_agg]
+
+    def grads(loss):
+        run.model.zero_grad()
+        loss.backward()
+        return torch.cat([p.grad.flatten() for p in run.model.parameters() if p.grad is not None])
+
+    parts = sum(micro_loss(run, collate([r], 0), denom)[0] for r in rows)
+    whole = collate(rows, 0)
+    logp, _ = token_logprobs(run.model, whole, "detached")
+    full, _ = core.policy_loss_tensors(logp, whole.old_logp, whole.adv, whole.loss_mask, agg=loss_agg,
+                                       traj_tokens=whole.traj_tokens)
+    assert parts.item() == pytest.approx(full.item(), rel=1e-6)
+    assert torch.allclose(grads(parts), grads(full), atol=1e-6)
+
+
 def test_non_finite_loss_skips_the_step_and_leaves_weights_alone(tiny_model_dir):
     from evoharness_rl.grpo.batch import Sample
     from evoharness_rl.grpo.trainer import optimizer_step
