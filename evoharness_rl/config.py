@@ -76,7 +76,8 @@ class WebArenaConfig:
     backend: str = "local"  # local: the bundled sites in headless Chromium | webarena: the real sites at the WA_* URLs (browsergym-webarena)
     generator_seed: int = 0  # seed of the local sites' data and task draw (same seed -> same sites and tasks)
     max_obs_tokens: int = 1024  # accessibility-tree budget per observation; longer trees are cut (whole lines, marked)
-    page_timeout_s: float = 10.0  # a page load or browser action slower than this is reported to the policy as an error
+    page_timeout_s: float = 10.0  # a page load slower than this is reported to the policy as an error
+    action_timeout_s: float = 3.0  # an element action (click, type, hover) that cannot complete within this is reported as an error (BrowserGym's own 0.5 s fails navigating clicks on a busy machine)
     real_task_ids: list[int] = field(default_factory=list)  # backend=webarena: WebArena task ids to use ([] = the paper's subset: no backend-edit tasks)
     real_test_fraction: float = 0.5  # backend=webarena: share of the tasks in the test split (every round(1/f)-th by id; 0.5: every other)
 
@@ -394,7 +395,7 @@ def validate(cfg: Config) -> Config:
                  "experience.validate_tasks",
                  "experience.memory_k", "experience.max_insights", "experience.max_example_chars",
                  "policy.request_timeout_s",
-                 "env.max_live_episodes", "env.webarena.max_obs_tokens", "env.webarena.page_timeout_s",
+                 "env.max_live_episodes", "env.webarena.max_obs_tokens", "env.webarena.page_timeout_s", "env.webarena.action_timeout_s",
                  "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha", "grpo.adam_eps"):
         _positive(name, _get(cfg, name))
     for name in ("env.alfworld.valid_seen_games", "env.alfworld.valid_unseen_games", "harness.history_length",

@@ -61,7 +61,7 @@ def _first_line(err: BaseException) -> str:
 class BrowserSession:
     """One browser context and its active page, acting through BrowserGym's action functions."""
 
-    def __init__(self, host: Any, proxy: Optional[str], timeout_s: float):
+    def __init__(self, host: Any, proxy: Optional[str], timeout_s: float, action_timeout_s: float = 3.0):
         from browsergym.core.action.highlevel import HighLevelActionSet
 
         self.host = host
@@ -72,7 +72,10 @@ class BrowserSession:
         self.namespace: dict[str, Any] = {"DEMO_MODE": False, "page": None,
                                           "send_message_to_user": lambda text: None,
                                           "report_infeasible_instructions": lambda text: None}
-        exec(action_set.python_includes, self.namespace)  # noqa: S102 - BrowserGym's own action functions
+        # BrowserGym's element actions (click, fill, hover, ...) wait at most 500 ms, written into their source: on a
+        # busy machine a click that navigates can take longer and then fails although the page changed.
+        includes = action_set.python_includes.replace("timeout=500", f"timeout={int(action_timeout_s * 1000)}")
+        exec(includes, self.namespace)  # noqa: S102 - BrowserGym's own action functions
         self.context: Any = None
         self.page: Any = None
 
@@ -148,10 +151,11 @@ class BrowserEnv(Environment):
 
     spec = WEBARENA_SPEC
 
-    def __init__(self, allowed_hosts: Any, max_obs_tokens: int, page_timeout_s: float):
+    def __init__(self, allowed_hosts: Any, max_obs_tokens: int, page_timeout_s: float, action_timeout_s: float = 3.0):
         self.allowed_hosts = tuple(allowed_hosts)
         self.max_obs_tokens = max_obs_tokens
         self.page_timeout_s = page_timeout_s
+        self.action_timeout_s = action_timeout_s
         self.host: Any = None
         self.session: Optional[BrowserSession] = None
         self.task: Optional[Task] = None
@@ -201,7 +205,7 @@ class BrowserEnv(Environment):
 
             self.host = BrowserHost.shared()
         if self.session is None:
-            self.session = BrowserSession(self.host, proxy, self.page_timeout_s)
+            self.session = BrowserSession(self.host, proxy, self.page_timeout_s, self.action_timeout_s)
 
     def _act(self, parsed: BrowserAction) -> StepResult:
         session = self.session
@@ -234,8 +238,8 @@ class WebArenaEnv(BrowserEnv):
     """The bundled local sites in a real headless Chromium (see module docstring)."""
 
     def __init__(self, db_path: Any, tasks: dict[str, LocalTask], max_obs_tokens: int = 1024,
-                 page_timeout_s: float = 10.0):
-        super().__init__(HOSTS, max_obs_tokens, page_timeout_s)
+                 page_timeout_s: float = 10.0, action_timeout_s: float = 3.0):
+        super().__init__(HOSTS, max_obs_tokens, page_timeout_s, action_timeout_s)
         self.db_path = db_path
         self.tasks = tasks
         self.local_task: Optional[LocalTask] = None
@@ -251,7 +255,8 @@ class WebArenaEnv(BrowserEnv):
             tasks = build_tasks(db, env_cfg.webarena.generator_seed)
         finally:
             db.close()
-        return cls(path, tasks, env_cfg.webarena.max_obs_tokens, env_cfg.webarena.page_timeout_s)
+        return cls(path, tasks, env_cfg.webarena.max_obs_tokens, env_cfg.webarena.page_timeout_s,
+                   env_cfg.webarena.action_timeout_s)
 
     # -- contract ------------------------------------------------------------------------
 

@@ -103,7 +103,7 @@ class RealWebArenaEnv(BrowserEnv):
     """WebArena's real sites through browsergym-webarena (see module docstring)."""
 
     def __init__(self, tasks: list[tuple[int, str]], urls: dict[str, str], test_fraction: float, max_obs_tokens: int,
-                 page_timeout_s: float):
+                 page_timeout_s: float, action_timeout_s: float = 3.0):
         every = max(1, round(1 / test_fraction)) if test_fraction > 0 else 0
         self.splits = {"test": [], "train": []}
         self.families: dict[str, str] = {}
@@ -114,7 +114,8 @@ class RealWebArenaEnv(BrowserEnv):
             self.families[key] = family
         from urllib.parse import urlsplit
 
-        super().__init__(sorted({urlsplit(u).hostname or "" for u in urls.values()}), max_obs_tokens, page_timeout_s)
+        super().__init__(sorted({urlsplit(u).hostname or "" for u in urls.values()}), max_obs_tokens, page_timeout_s,
+                         action_timeout_s)
         self.wa_task: Any = None
 
     @classmethod
@@ -125,7 +126,7 @@ class RealWebArenaEnv(BrowserEnv):
             wanted = set(env_cfg.webarena.real_task_ids)
             subset = [t for t in subset if t[0] in wanted]
         return cls(subset, urls, env_cfg.webarena.real_test_fraction, env_cfg.webarena.max_obs_tokens,
-                   env_cfg.webarena.page_timeout_s)
+                   env_cfg.webarena.page_timeout_s, env_cfg.webarena.action_timeout_s)
 
     def task_ids(self, split: str) -> list[str]:
         return list(self.splits.get(SPLIT_ALIASES.get(split, split), []))

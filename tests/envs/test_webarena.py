@@ -64,6 +64,19 @@ def test_malformed_actions_are_errors_that_show_the_right_form(text, reason):
     assert isinstance(parsed, ActionError) and reason in parsed.reason
 
 
+def test_element_actions_wait_for_the_configured_action_timeout():
+    """BrowserGym writes a 0.5 s limit into its element actions; the session runs them with env.webarena.action_timeout_s."""
+    from evoharness_rl.envs.webarena.adapter import BrowserSession
+
+    def constants(code) -> list:  # the function's literals and those of the functions defined inside it
+        return [c for const in code.co_consts for c in (constants(const) if hasattr(const, "co_consts") else [const])]
+
+    session = BrowserSession(host=None, proxy=None, timeout_s=10.0, action_timeout_s=2.5)
+    for name in ("click", "fill", "hover"):
+        literals = constants(session.namespace[name].__code__)
+        assert 2500 in literals and 500 not in literals, name
+
+
 def test_cut_to_budget_keeps_whole_lines_and_marks_the_cut():
     tree = "\n".join(f"[{i}] link 'Product number {i}'" for i in range(100))
     text, cut = cut_to_budget(tree, 80)
