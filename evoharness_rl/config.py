@@ -238,6 +238,8 @@ class GRPOConfig:
     kl_coef: float = 0.01  # k3 KL to the reference (SFT) policy
     entropy_coef: float = 0.001  # entropy bonus
     adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
+    step_advantage_weight: float = 0.0  # omega: weight of the step-level advantage added to each turn's (GiGPO: turns with the same prompt in a task's group compared by their discounted returns; grpo/core.py); 0 = the paper's trajectory-level GRPO; per_turn context only
+    step_gamma: float = 0.95  # discount of the step-level returns (grpo.step_advantage_weight > 0)
     scale_rewards: str = "group"  # divisor of the group-centred reward: group (its group's std; the paper's GRPO) | batch (the std of every reward of the update: groups that differ only by small penalties keep small advantages) | none (Dr. GRPO: reward units)
     loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean (each sample weighs the same) | traj_mean (each trajectory weighs the same however many turns it took; per-turn samples: see grpo/core.py)
     old_logprobs: str = "sampler"  # PPO's old policy: sampler (the logprobs the backend recorded; free) | recompute (one no-grad forward of the policy over the update's samples before its first step: about a third of a training step's compute; use when the sampler's numerics differ from the trainer's, e.g. vLLM in bf16)
@@ -404,12 +406,16 @@ def validate(cfg: Config) -> Config:
                  "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
                  "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
                  "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories", "env.ray_cpus_per_worker",
-                 "harness.schedule_retries"):
+                 "harness.schedule_retries", "grpo.step_advantage_weight"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate",
-                 "env.webarena.real_test_fraction", "experience.validate_margin"):
+                 "env.webarena.real_test_fraction", "experience.validate_margin", "grpo.step_gamma"):
         _fraction(name, _get(cfg, name))
+    if cfg.grpo.step_advantage_weight > 0 and cfg.env.context != "per_turn":
+        raise ConfigError(f"grpo.step_advantage_weight={cfg.grpo.step_advantage_weight} needs env.context=per_turn "
+                          f"(step advantages compare turns with the same prompt); {cfg.env.name} runs "
+                          f"{cfg.env.context}: set grpo.step_advantage_weight=0")
     if cfg.grpo.group_size < 2:
         raise ConfigError(f"grpo.group_size={cfg.grpo.group_size} must be >= 2: a group of one trajectory has no "
                           "advantage signal, so no update would ever change the policy")

@@ -131,12 +131,21 @@ class Sample:
         return sum(self.loss_mask)
 
 
-def samples_from_trajectory(traj, advantage: float, index: int) -> list[Sample]:
-    """Training rows of one trajectory (see module docstring); token ids are used as generated."""
+def samples_from_trajectory(traj, advantage: float, index: int,
+                            turn_advantages: Optional[list[float]] = None) -> list[Sample]:
+    """Training rows of one trajectory (see module docstring); token ids are used as generated.
+
+    `turn_advantages` (per-turn context, one per turn): added to `advantage` in that turn's row (step-level
+    advantages, grpo.step_advantage_weight).
+    """
     if traj.context == "accumulated":
+        if turn_advantages:
+            raise ValueError("step-level advantages need per-turn samples; accumulated context has one row")
         return _accumulated_sample(traj, advantage, index)
+    if turn_advantages is not None and len(turn_advantages) != len(traj.turns):
+        raise ValueError(f"{len(turn_advantages)} turn advantages for {len(traj.turns)} turns of {traj.task_id!r}")
     rows = []
-    for turn in traj.turns:
+    for position, turn in enumerate(traj.turns):
         if not turn.completion_ids:
             continue
         turn.check_tokens()
@@ -150,7 +159,7 @@ def samples_from_trajectory(traj, advantage: float, index: int) -> list[Sample]:
             input_ids=list(turn.prompt_ids) + list(turn.completion_ids),
             loss_mask=[0] * n_prompt + [1] * n_completion,
             old_logprobs=[0.0] * n_prompt + list(turn.logprobs),
-            advantage=advantage,
+            advantage=advantage + (turn_advantages[position] if turn_advantages else 0.0),
             trajectory=index,
         ))
     total = sum(row.loss_tokens for row in rows)

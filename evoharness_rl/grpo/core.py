@@ -23,6 +23,18 @@ A group whose std is below `eps` (all members got the same reward, or the group 
 member) has no learning signal: its advantages are exactly 0 and it is reported in
 `zero_std_mask`, whatever the scale.
 
+Step-level advantages (per-turn context; GiGPO, Feng et al. 2025), added to the trajectory's
+with weight omega (`grpo.step_advantage_weight`; 0: the paper's trajectory-level GRPO):
+
+    r_t   = -invalid_penalty * 1[turn t invalid] - repeat_penalty * 1[turn t repeats t-1]
+            (+ the rest of R(tau; u) on the last turn, so that with gamma = 1, G_0 = R(tau; u))
+    G_t   = r_t + gamma * G_{t+1}                                   (discounted return from turn t)
+    A_t   = A_tau + omega * group_advantages(G, anchor)_t
+The anchor of a turn is its exact prompt (the same token ids) within its task's group: the
+same state as the policy saw it, reached in several episodes or several times in one (a
+loop). Its group compares the returns that followed each action taken there; a turn whose
+prompt occurs once gets no step advantage.
+
 Policy loss (PPO clipped surrogate, per token t of sequence i):
 
     ratio      = exp(logp - old_logp)                     old_logp: the behaviour (sampling) logprobs
@@ -155,6 +167,24 @@ def group_advantages(
         scaled = centred
     adv = torch.where(zero_std, torch.zeros_like(rewards), scaled)  # [N]
     return adv, zero_std
+
+
+def turn_rewards(traj, reward_cfg, total: float) -> list[float]:
+    """r_t of each turn (module docstring): the step's penalties, and on the last turn the rest of `total`."""
+    rewards = [-reward_cfg.invalid_penalty * (t.action_kind == "invalid") - reward_cfg.repeat_penalty * t.repeated
+               for t in traj.turns]
+    if rewards:
+        rewards[-1] += total - sum(rewards)
+    return rewards
+
+
+def discounted_returns(rewards: list[float], gamma: float) -> list[float]:
+    """G_t = r_t + gamma * G_{t+1}, G after the last turn = 0."""
+    returns, g = [0.0] * len(rewards), 0.0
+    for t in range(len(rewards) - 1, -1, -1):
+        g = rewards[t] + gamma * g
+        returns[t] = g
+    return returns
 
 
 # ------------------------------------------------------------------------- policy loss

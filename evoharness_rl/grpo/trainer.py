@@ -34,6 +34,7 @@ optimizer step averages exactly the mini-batch's tokens however they are spread.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import json
@@ -42,7 +43,7 @@ import random
 import shutil
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -178,6 +179,9 @@ class Scored:
     trains: list[bool]  # the trajectory contributes to the loss
     zero_std_groups: int  # groups (over all processes) whose rewards had no variance
     bad_reason: Optional[str] = None  # set when the update must be skipped (all processes agree)
+    turn_advantages: dict[int, list[float]] = field(default_factory=dict)  # grpo.step_advantage_weight > 0: omega *
+    # the step advantage of each turn of each trajectory that trains (added to the trajectory's advantage)
+    anchored_turns: Optional[float] = None  # share of those turns whose prompt recurs in their group (None: off)
 
 
 def score(run: Run, trajs: list, u: int) -> Scored:
@@ -202,7 +206,38 @@ def score(run: Run, trajs: list, u: int) -> Scored:
         zero_groups = len({groups[i] for i, z in zip(valid, zero.tolist()) if z})
     bad_flags = gather_objects(run.accelerator, [bad])
     bad = next((b for b in bad_flags if b), None)
-    return Scored(trajs, advantages, trains, sum(gather_objects(run.accelerator, [zero_groups])), bad)
+    scored = Scored(trajs, advantages, trains, sum(gather_objects(run.accelerator, [zero_groups])), bad)
+    if cfg.grpo.step_advantage_weight > 0 and bad is None:
+        scored.turn_advantages, scored.anchored_turns = step_advantages(run, trajs, groups, trains)
+    return scored
+
+
+def step_advantages(run: Run, trajs: list, groups: list[int], trains: list[bool]) -> tuple[dict, float]:
+    """omega * the step-level advantage of every turn of the trajectories that train (grpo/core.py, GiGPO): turns
+    with the same prompt in the same group are compared by their discounted returns. Also returns the share of
+    those turns whose prompt recurs (the rest get 0)."""
+    g = run.cfg.grpo
+    anchor_of: dict[tuple, int] = {}
+    anchors, returns, owners = [], [], []
+    for i, traj in enumerate(trajs):
+        if not trains[i]:
+            continue
+        turn_rewards = core.turn_rewards(traj, run.cfg.reward, traj.rewards["total"])
+        for turn, ret in zip(traj.turns, core.discounted_returns(turn_rewards, g.step_gamma)):
+            anchors.append(anchor_of.setdefault((groups[i], tuple(turn.prompt_ids)), len(anchor_of)))
+            returns.append(ret)
+            owners.append(i)
+    everyone = [r for part in gather_objects(run.accelerator, [returns]) for r in part]
+    batch_std = statistics.stdev(everyone) if len(everyone) > 1 else 0.0
+    out: dict[int, list[float]] = {i: [] for i in set(owners)}
+    if not returns:
+        return out, 0.0
+    adv, lone = core.group_advantages(torch.tensor(returns, dtype=torch.float64), torch.tensor(anchors),
+                                      g.adv_eps, scale=g.scale_rewards, batch_std=batch_std)
+    for i, a in zip(owners, adv.tolist()):
+        out[i].append(g.step_advantage_weight * a)
+    counts = collections.Counter(anchors)
+    return out, sum(counts[a] > 1 for a in anchors) / len(anchors)
 
 
 def _group_ids(run: Run, n: int) -> list[int]:
@@ -227,7 +262,7 @@ def optimise(run: Run, scored: Scored, u: int) -> dict:
     samples, train_ids = [], []
     for i, (traj, adv, trains) in enumerate(zip(scored.trajectories, scored.advantages, scored.trains)):
         if trains:
-            samples.extend(B.samples_from_trajectory(traj, adv, i))
+            samples.extend(B.samples_from_trajectory(traj, adv, i, scored.turn_advantages.get(i)))
             train_ids.append(i)
     score_samples(run, samples)
     for epoch in range(cfg.grpo.inner_epochs):
@@ -498,6 +533,7 @@ def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, e
         "horizon": train_horizon(cfg, u),
         **rollout_metrics(run.accelerator, trajs, run.engine.stats),
         "zero_std_groups": scored.zero_std_groups,
+        **({"step_anchored_share": scored.anchored_turns} if scored.anchored_turns is not None else {}),
         **advantage_spread(run, scored),
         **{k: v for k, v in train.items() if k != "bad_reason"},
         "skipped": bool(train["bad_reason"]),

@@ -279,3 +279,29 @@ def test_policy_loss_rejects_bad_shapes_and_agg():
         core.policy_loss(logp, old, adv, mask, agg="sum")
     with pytest.raises(ValueError, match="traj_tokens"):
         core.policy_loss(logp, old, adv, mask, agg="traj_mean")
+
+
+def _turns(kinds: str, repeats: str = ""):
+    """Turns by kind: 'e' env action, 'i' invalid, 'h' harness; `repeats` marks (with 'r') turns repeating the last."""
+    from evoharness_rl.rollout.trajectory import Turn
+
+    names = {"e": "env", "i": "invalid", "h": "harness"}
+    return [Turn(index=k, messages=[], response="", action_kind=names[c], action="a", repeated=repeats[k:k + 1] == "r")
+            for k, c in enumerate(kinds)]
+
+
+def test_turn_rewards_put_penalties_on_their_steps_and_the_rest_on_the_last():
+    cfg = RewardConfig(success_scale=10.0, invalid_penalty=0.1, repeat_penalty=0.2)
+    traj = Trajectory(task_id="t", family="f", env="e", turns=_turns("eiie", repeats="..r."))
+    # penalties: turn 1 invalid -0.1, turn 2 invalid and repeated -0.1 - 0.2 = -0.3; the last turn takes the rest of
+    # the total 9.6: 9.6 - (-0.1 - 0.3) = 10.0
+    assert core.turn_rewards(traj, cfg, total=9.6) == pytest.approx([0.0, -0.1, -0.3, 10.0])
+    assert sum(core.turn_rewards(traj, cfg, total=9.6)) == pytest.approx(9.6)
+    assert core.turn_rewards(Trajectory(task_id="t", family="f", env="e"), cfg, total=1.0) == []
+
+
+def test_discounted_returns_by_hand():
+    # G_2 = 10; G_1 = -0.3 + 0.5 * 10 = 4.7; G_0 = -0.1 + 0.5 * 4.7 = 2.25
+    assert core.discounted_returns([-0.1, -0.3, 10.0], 0.5) == pytest.approx([2.25, 4.7, 10.0])
+    assert core.discounted_returns([1.0, 2.0], 1.0) == pytest.approx([3.0, 2.0])
+    assert core.discounted_returns([], 0.9) == []

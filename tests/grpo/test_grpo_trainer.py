@@ -112,6 +112,29 @@ def test_baselines_are_config_only(warm_model_dir, tmp_path, mode):
 
 
 @pytest.mark.slow
+def test_grpo_with_step_advantages_and_trajectory_mean_end_to_end(warm_model_dir, tmp_path):
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=2, save_every=2, loss_agg="traj_mean",
+                      step_advantage_weight=1.0)
+    final = run_grpo(cfg, env_factory=envs)
+    assert _changed(_weights(warm_model_dir), _weights(final))
+    rows = read_metrics(tmp_path / "run")
+    assert len(rows) == 2 and all(0.0 <= r["step_anchored_share"] <= 1.0 for r in rows)
+    assert all(r["loss_tokens"] > 0 for r in rows if r["zero_std_groups"] < 2)
+
+
+def test_step_advantages_need_per_turn_context():
+    from evoharness_rl.config import Config, validate
+
+    cfg = Config()
+    cfg.grpo.step_advantage_weight, cfg.env.context = 1.0, "accumulated"
+    with pytest.raises(ConfigError, match="grpo.step_advantage_weight=1.0 needs env.context=per_turn"):
+        validate(cfg)
+    cfg.grpo.step_advantage_weight, cfg.grpo.step_gamma = 0.0, 1.5
+    with pytest.raises(ConfigError, match="grpo.step_gamma"):
+        validate(cfg)
+
+
+@pytest.mark.slow
 def test_zero_variance_groups_train_nothing(warm_model_dir, tmp_path):
     cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1)
     for name in ("success_scale", "invalid_penalty", "repeat_penalty", "lambda_div_max", "lambda_eff"):
@@ -365,6 +388,40 @@ def test_accumulated_micro_batches_give_the_whole_mini_batch_gradient(tiny_model
                                        traj_tokens=whole.traj_tokens)
     assert parts.item() == pytest.approx(full.item(), rel=1e-6)
     assert torch.allclose(grads(parts), grads(full), atol=1e-6)
+
+
+def test_step_advantages_compare_turns_with_the_same_prompt_in_a_group():
+    """grpo.step_advantage_weight: by hand, gamma 1, no scaling, omega 0.5 (arithmetic in the comments)."""
+    from types import SimpleNamespace
+
+    from evoharness_rl.config import Config
+    from evoharness_rl.grpo.batch import samples_from_trajectory
+    from evoharness_rl.grpo.trainer import step_advantages
+    from evoharness_rl.rollout.trajectory import Trajectory, Turn
+
+    cfg = Config()
+    cfg.reward.invalid_penalty, cfg.reward.repeat_penalty = 0.1, 0.0
+    cfg.grpo.step_gamma, cfg.grpo.scale_rewards, cfg.grpo.step_advantage_weight = 1.0, "none", 0.5
+    run = SimpleNamespace(cfg=cfg, accelerator=SimpleNamespace(num_processes=1))
+
+    def traj(prompts, kinds, total):
+        turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", prompt_ids=list(p),
+                      completion_ids=[9], logprobs=[-0.5]) for k, (p, kind) in enumerate(zip(prompts, kinds))]
+        return Trajectory(task_id="t", family="f", env="e", turns=turns, rewards={"total": total})
+
+    P0, P1, P2 = [1, 2], [1, 3], [1, 4]
+    trajs = [traj([P0, P1], ["env", "env"], 10.0),                    # won: returns [10, 10]
+             traj([P0, P2, P2], ["env", "invalid", "invalid"], -0.2),  # loops: rewards [0, -0.1, -0.1], returns [-0.2, -0.2, -0.1]
+             traj([P0], ["env"], 1.0),                                 # the same prompt in another group: its own anchor
+             traj([P0], ["env"], 5.0)]                                 # does not train
+    out, share = step_advantages(run, trajs, groups=[0, 0, 1, 1], trains=[True, True, True, False])
+    # anchor (0, P0): returns 10 and -0.2, mean 4.9 -> +5.1 / -5.1; (0, P1) and (1, P0) alone -> 0;
+    # (0, P2): -0.2 and -0.1, mean -0.15 -> -0.05 / +0.05; times omega 0.5
+    assert out[0] == pytest.approx([2.55, 0.0]) and out[1] == pytest.approx([-2.55, -0.025, 0.025])
+    assert out[2] == [0.0] and 3 not in out
+    assert share == pytest.approx(4 / 6)  # 4 of the 6 trained turns share their prompt within their group
+    rows = samples_from_trajectory(trajs[1], -1.0, 1, out[1])
+    assert [r.advantage for r in rows] == pytest.approx([-3.55, -1.025, -0.975])  # trajectory's -1 + each turn's
 
 
 def test_non_finite_loss_skips_the_step_and_leaves_weights_alone(tiny_model_dir):
