@@ -30,10 +30,13 @@ with weight omega (`grpo.step_advantage_weight`; 0: the paper's trajectory-level
             (+ the rest of R(tau; u) on the last turn, so that with gamma = 1, G_0 = R(tau; u))
     G_t   = r_t + gamma * G_{t+1}                                   (discounted return from turn t)
     A_t   = A_tau + omega * group_advantages(G, anchor)_t
-The anchor of a turn is its exact prompt (the same token ids) within its task's group: the
-same state as the policy saw it, reached in several episodes or several times in one (a
-loop). Its group compares the returns that followed each action taken there; a turn whose
-prompt occurs once gets no step advantage.
+The anchor of a turn is the environment state it acted in, within its task's group: the
+observation of the last environment action before it (invalid actions and harness calls leave
+the environment as it was; the first turns share the start state). A state reached in several
+episodes, or several times in one (a loop of rejected actions), forms a step group that
+compares the returns that followed each action taken there; a state seen once gives no step
+advantage. As in GiGPO the anchor is the environment's observation, not the whole prompt
+(history and harness views differ between episodes that stand in the same state).
 
 Policy loss (PPO clipped surrogate, per token t of sequence i):
 
@@ -176,6 +179,17 @@ def turn_rewards(traj, reward_cfg, total: float) -> list[float]:
     if rewards:
         rewards[-1] += total - sum(rewards)
     return rewards
+
+
+def anchor_states(turns) -> list[str | None]:
+    """The environment state each turn acted in: the observation of the last environment action before it
+    (None for the start state). Invalid actions and harness calls leave the state as it was."""
+    states, state = [], None
+    for turn in turns:
+        states.append(state)
+        if turn.action_kind == "env":
+            state = turn.observation
+    return states
 
 
 def discounted_returns(rewards: list[float], gamma: float) -> list[float]:

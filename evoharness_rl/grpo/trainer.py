@@ -214,8 +214,8 @@ def score(run: Run, trajs: list, u: int) -> Scored:
 
 def step_advantages(run: Run, trajs: list, groups: list[int], trains: list[bool]) -> tuple[dict, float]:
     """omega * the step-level advantage of every turn of the trajectories that train (grpo/core.py, GiGPO): turns
-    with the same prompt in the same group are compared by their discounted returns. Also returns the share of
-    those turns whose prompt recurs (the rest get 0)."""
+    taken in the same environment state in the same group are compared by their discounted returns. Also returns
+    the share of those turns whose state recurs (the rest get 0)."""
     g = run.cfg.grpo
     anchor_of: dict[tuple, int] = {}
     anchors, returns, owners = [], [], []
@@ -223,8 +223,9 @@ def step_advantages(run: Run, trajs: list, groups: list[int], trains: list[bool]
         if not trains[i]:
             continue
         turn_rewards = core.turn_rewards(traj, run.cfg.reward, traj.rewards["total"])
-        for turn, ret in zip(traj.turns, core.discounted_returns(turn_rewards, g.step_gamma)):
-            anchors.append(anchor_of.setdefault((groups[i], tuple(turn.prompt_ids)), len(anchor_of)))
+        for turn, ret, state in zip(traj.turns, core.discounted_returns(turn_rewards, g.step_gamma),
+                                    core.anchor_states(traj.turns)):
+            anchors.append(anchor_of.setdefault((groups[i], state), len(anchor_of)))
             returns.append(ret)
             owners.append(i)
     everyone = [r for part in gather_objects(run.accelerator, [returns]) for r in part]

@@ -305,3 +305,12 @@ def test_discounted_returns_by_hand():
     assert core.discounted_returns([-0.1, -0.3, 10.0], 0.5) == pytest.approx([2.25, 4.7, 10.0])
     assert core.discounted_returns([1.0, 2.0], 1.0) == pytest.approx([3.0, 2.0])
     assert core.discounted_returns([], 0.9) == []
+
+
+def test_anchor_states_follow_environment_actions_only():
+    from evoharness_rl.rollout.trajectory import Turn
+
+    steps = [("env", "at desk"), ("invalid", "Nothing happens."), ("harness", "PLAN: ..."), ("env", "took mug")]
+    turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", observation=obs)
+             for k, (kind, obs) in enumerate(steps)]
+    assert core.anchor_states(turns) == [None, "at desk", "at desk", "at desk"]

@@ -404,24 +404,25 @@ def test_step_advantages_compare_turns_with_the_same_prompt_in_a_group():
     cfg.grpo.step_gamma, cfg.grpo.scale_rewards, cfg.grpo.step_advantage_weight = 1.0, "none", 0.5
     run = SimpleNamespace(cfg=cfg, accelerator=SimpleNamespace(num_processes=1))
 
-    def traj(prompts, kinds, total):
-        turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", prompt_ids=list(p),
-                      completion_ids=[9], logprobs=[-0.5]) for k, (p, kind) in enumerate(zip(prompts, kinds))]
+    def traj(steps, total):  # steps: (action kind, observation) per turn
+        turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", observation=obs,
+                      prompt_ids=[1, 2], completion_ids=[9], logprobs=[-0.5]) for k, (kind, obs) in enumerate(steps)]
         return Trajectory(task_id="t", family="f", env="e", turns=turns, rewards={"total": total})
 
-    P0, P1, P2 = [1, 2], [1, 3], [1, 4]
-    trajs = [traj([P0, P1], ["env", "env"], 10.0),                    # won: returns [10, 10]
-             traj([P0, P2, P2], ["env", "invalid", "invalid"], -0.2),  # loops: rewards [0, -0.1, -0.1], returns [-0.2, -0.2, -0.1]
-             traj([P0], ["env"], 1.0),                                 # the same prompt in another group: its own anchor
-             traj([P0], ["env"], 5.0)]                                 # does not train
+    trajs = [traj([("env", "at desk"), ("env", "done")], 10.0),  # won: returns [10, 10]; states [start, desk]
+             # rejected twice at the desk: rewards [0, -0.1, -0.1], returns [-0.2, -0.2, -0.1], states [start, desk, desk]
+             traj([("env", "at desk"), ("invalid", "Nothing happens."), ("invalid", "Nothing happens.")], -0.2),
+             traj([("env", "at desk")], 1.0),  # the start state of another group: its own anchor
+             traj([("env", "at desk")], 5.0)]  # does not train
     out, share = step_advantages(run, trajs, groups=[0, 0, 1, 1], trains=[True, True, True, False])
-    # anchor (0, P0): returns 10 and -0.2, mean 4.9 -> +5.1 / -5.1; (0, P1) and (1, P0) alone -> 0;
-    # (0, P2): -0.2 and -0.1, mean -0.15 -> -0.05 / +0.05; times omega 0.5
-    assert out[0] == pytest.approx([2.55, 0.0]) and out[1] == pytest.approx([-2.55, -0.025, 0.025])
+    # anchor (0, start): returns 10 and -0.2, mean 4.9 -> +5.1 / -5.1; (1, start) alone -> 0;
+    # (0, desk): 10, -0.2, -0.1, mean 3.2333 -> +6.7667, -3.4333, -3.3333; times omega 0.5
+    assert out[0] == pytest.approx([2.55, 6.7667 / 2], abs=1e-4)
+    assert out[1] == pytest.approx([-2.55, -3.4333 / 2, -3.3333 / 2], abs=1e-4)
     assert out[2] == [0.0] and 3 not in out
-    assert share == pytest.approx(4 / 6)  # 4 of the 6 trained turns share their prompt within their group
+    assert share == pytest.approx(5 / 6)  # 5 of the 6 trained turns share their state within their group
     rows = samples_from_trajectory(trajs[1], -1.0, 1, out[1])
-    assert [r.advantage for r in rows] == pytest.approx([-3.55, -1.025, -0.975])  # trajectory's -1 + each turn's
+    assert [r.advantage for r in rows] == pytest.approx([-3.55, -2.7167, -2.6667], abs=1e-4)  # trajectory's -1 + turn's
 
 
 def test_non_finite_loss_skips_the_step_and_leaves_weights_alone(tiny_model_dir):
