@@ -238,7 +238,7 @@ class GRPOConfig:
     kl_coef: float = 0.01  # k3 KL to the reference (SFT) policy
     entropy_coef: float = 0.001  # entropy bonus
     adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
-    step_advantage_weight: float = 0.0  # omega: weight of the step-level advantage added to each turn's (GiGPO: turns with the same prompt in a task's group compared by their discounted returns; grpo/core.py); 0 = the paper's trajectory-level GRPO; per_turn context only
+    step_advantage_weight: float = 0.0  # omega: weight of the step-level advantage added to each turn's (GiGPO: turns taken in the same environment state within a task's group compared by their discounted returns; grpo/core.py); 0 = the paper's trajectory-level GRPO; per_turn context only
     step_gamma: float = 0.95  # discount of the step-level returns (grpo.step_advantage_weight > 0)
     scale_rewards: str = "group"  # divisor of the group-centred reward: group (its group's std; the paper's GRPO) | batch (the std of every reward of the update: groups that differ only by small penalties keep small advantages) | none (Dr. GRPO: reward units)
     loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean (each sample weighs the same) | traj_mean (each trajectory weighs the same however many turns it took; per-turn samples: see grpo/core.py)
