@@ -7,6 +7,7 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
     trajs    <- group_size episodes per task with the current policy      (RolloutEngine)
     rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff          (core.reward_components)
     adv      <- centred within each task's group, scaled by grpo.scale_rewards    (core.group_advantages)
+                (+ omega x each turn's step-level advantage, grpo.step_advantage_weight  (step_advantages))
     ref      <- one no-grad pass over the update's samples: reference (and recomputed old) logprobs
     for each inner epoch, for each mini-batch of trajectories:
         PPO-clip loss vs. the behaviour logprobs + k3 KL to the SFT reference - entropy bonus
@@ -181,7 +182,7 @@ class Scored:
     bad_reason: Optional[str] = None  # set when the update must be skipped (all processes agree)
     turn_advantages: dict[int, list[float]] = field(default_factory=dict)  # grpo.step_advantage_weight > 0: omega *
     # the step advantage of each turn of each trajectory that trains (added to the trajectory's advantage)
-    anchored_turns: Optional[float] = None  # share of those turns whose prompt recurs in their group (None: off)
+    anchored_turns: Optional[float] = None  # share of those turns whose state recurs in their group (None: off)
 
 
 def score(run: Run, trajs: list, u: int) -> Scored:
@@ -233,7 +234,7 @@ def step_advantages(run: Run, trajs: list, groups: list[int], trains: list[bool]
     out: dict[int, list[float]] = {i: [] for i in set(owners)}
     if not returns:
         return out, 0.0
-    adv, lone = core.group_advantages(torch.tensor(returns, dtype=torch.float64), torch.tensor(anchors),
+    adv, _ = core.group_advantages(torch.tensor(returns, dtype=torch.float64), torch.tensor(anchors),
                                       g.adv_eps, scale=g.scale_rewards, batch_std=batch_std)
     for i, a in zip(owners, adv.tolist()):
         out[i].append(g.step_advantage_weight * a)
