@@ -22,15 +22,12 @@ def test_gpu_check_tiny_on_cpu_writes_a_sane_report(tmp_path):
     assert report["errors"] == {}
     assert report["environment"]["device"] == "cpu" and report["settings"]["sizes"] == ["tiny"]
 
-    import importlib.util
-
     import torch
 
     from evoharness_rl.models import count_parameters
+    from tests.fakes.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "scripts/gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    gpu_check = load_script("gpu_check")
     row = report["models"]["tiny"]
     assert row["params"] == count_parameters(gpu_check.build_model("tiny", "cpu", torch.float32))
     assert row["tokens_per_step"] == report["settings"]["batch"] * report["settings"]["seq"]

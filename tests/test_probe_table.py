@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fakes.scripts import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("probe_table", ROOT / "scripts/probe_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("probe_table")
 
 
 def _summary(path: Path, success: float) -> None:

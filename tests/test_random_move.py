@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.fakes.scripts import load_script
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("random_move", ROOT / "scripts/random_move.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("random_move")
 
 
 def test_a_random_move_has_the_kl_asked_for_and_measure_reads_it_back(tmp_path, capsys):
