@@ -61,7 +61,7 @@ def _first_line(err: BaseException) -> str:
 class BrowserSession:
     """One browser context and its active page, acting through BrowserGym's action functions."""
 
-    def __init__(self, host: Any, proxy: Optional[str], timeout_s: float, action_timeout_s: float = 3.0):
+    def __init__(self, host: Any, proxy: Optional[str], timeout_s: float, action_timeout_s: float):
         from browsergym.core.action.highlevel import HighLevelActionSet
 
         self.host = host
@@ -151,7 +151,7 @@ class BrowserEnv(Environment):
 
     spec = WEBARENA_SPEC
 
-    def __init__(self, allowed_hosts: Any, max_obs_tokens: int, page_timeout_s: float, action_timeout_s: float = 3.0):
+    def __init__(self, allowed_hosts: Any, max_obs_tokens: int, page_timeout_s: float, action_timeout_s: float):
         self.allowed_hosts = tuple(allowed_hosts)
         self.max_obs_tokens = max_obs_tokens
         self.page_timeout_s = page_timeout_s

@@ -103,7 +103,7 @@ class RealWebArenaEnv(BrowserEnv):
     """WebArena's real sites through browsergym-webarena (see module docstring)."""
 
     def __init__(self, tasks: list[tuple[int, str]], urls: dict[str, str], test_fraction: float, max_obs_tokens: int,
-                 page_timeout_s: float, action_timeout_s: float = 3.0):
+                 page_timeout_s: float, action_timeout_s: float):
         every = max(1, round(1 / test_fraction)) if test_fraction > 0 else 0
         self.splits = {"test": [], "train": []}
         self.families: dict[str, str] = {}
