@@ -230,6 +230,7 @@ class GRPOConfig:
     inner_epochs: int = 1  # passes over each update's rollouts
     pack_samples: bool = True  # lay a micro-batch's samples end to end in rows with their own position ids (no padding computed; logits only where a loss token is predicted); models whose attention cannot keep packed samples apart fall back to padded rows
     temperature: float = 1.0  # sampling temperature of the rollouts (the loss scores tokens at it); must be > 0
+    greedy_samples: int = 0  # members of each task's group decoded greedily (the rest sample at grpo.temperature), so the group compares the greedy behaviour that evaluation measures with the policy's explorations (a self-critical baseline inside the group); 0 <= greedy_samples < group_size; backends other than hf need grpo.old_logprobs=recompute
     learning_rate: float = 1e-6  # actor AdamW learning rate
     weight_decay: float = 0.01  # AdamW weight decay
     adam_eps: float = 1e-8  # AdamW epsilon (torch's default). Adam's first steps move every parameter by about the learning rate whatever its gradient's size; a larger epsilon makes parameters whose gradients are far below it move in proportion to the gradient instead (a few-step run on a small model: noise in parameters the reward says nothing about)
@@ -406,7 +407,7 @@ def validate(cfg: Config) -> Config:
                  "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
                  "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
                  "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories", "env.ray_cpus_per_worker",
-                 "harness.schedule_retries", "grpo.step_advantage_weight"):
+                 "harness.schedule_retries", "grpo.step_advantage_weight", "grpo.greedy_samples"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate",
@@ -416,6 +417,12 @@ def validate(cfg: Config) -> Config:
         raise ConfigError(f"grpo.step_advantage_weight={cfg.grpo.step_advantage_weight} needs env.context=per_turn "
                           f"(step advantages compare turns with the same prompt); {cfg.env.name} runs "
                           f"{cfg.env.context}: set grpo.step_advantage_weight=0")
+    if cfg.grpo.greedy_samples >= cfg.grpo.group_size:
+        raise ConfigError(f"grpo.greedy_samples={cfg.grpo.greedy_samples} leaves no sampled member in groups of "
+                          f"grpo.group_size={cfg.grpo.group_size}; use at most {cfg.grpo.group_size - 1}")
+    if cfg.grpo.greedy_samples and cfg.policy.backend != "hf" and cfg.grpo.old_logprobs != "recompute":
+        raise ConfigError(f"grpo.greedy_samples with policy={cfg.policy.backend} needs grpo.old_logprobs=recompute: "
+                          f"only hf records a greedy token's logprob at grpo.temperature")
     if cfg.grpo.group_size < 2:
         raise ConfigError(f"grpo.group_size={cfg.grpo.group_size} must be >= 2: a group of one trajectory has no "
                           "advantage signal, so no update would ever change the policy")

@@ -58,6 +58,7 @@ class GenerationRequest:
     prompt_ids: list[int] = field(default_factory=list)
     key: str = ""  # episode key (replay/scripted use it to find their episode's state)
     seed: Optional[int] = None  # this request's own sampling seed (vllm backends; None: drawn from the stream)
+    greedy: bool = False  # decode this request greedily whatever the call's temperature (grpo.greedy_samples)
     teacher: Optional[Callable[[], str]] = None  # scripted: returns the expert's next response
     prompt_truncated: bool = False
 

@@ -65,14 +65,16 @@ class _SampledLogprobs(LogitsProcessor):
 
 
 class _SeededSampler(LogitsProcessor):
-    """Samples each row from its own seeded generator and masks every other token (generate then picks it)."""
+    """Samples each row from its own seeded generator and masks every other token (generate then picks it).
+    Rows without a generator (greedy requests) take their most probable token."""
 
-    def __init__(self, seeds: list[int], device: Any):
-        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+    def __init__(self, seeds: list[Optional[int]], device: Any):
+        self.generators = [None if seed is None else torch.Generator(device=device).manual_seed(seed) for seed in seeds]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         probs = torch.softmax(scores.float(), dim=-1)  # [B, V]
-        picked = torch.cat([torch.multinomial(probs[row], 1, generator=g) for row, g in enumerate(self.generators)])
+        picked = torch.cat([probs[row].argmax(-1, keepdim=True) if g is None else
+                            torch.multinomial(probs[row], 1, generator=g) for row, g in enumerate(self.generators)])
         forced = torch.full_like(scores, float("-inf"))
         return forced.scatter_(1, picked[:, None], 0.0)  # [B, V]: only the sampled token is possible
 
@@ -116,12 +118,16 @@ class HFBackend(GenerationBackend):
         with _eval_mode(self.model), _neutral_generation_config(self.model):
             for start in range(0, len(order), self.batch_size):
                 chunk = order[start : start + self.batch_size]
-                outputs = self._generate_batch([requests[i].prompt_ids for i in chunk], sampling, [seeds[i] for i in chunk])
+                outputs = self._generate_batch([requests[i].prompt_ids for i in chunk], sampling,
+                                               [None if requests[i].greedy else seeds[i] for i in chunk])
                 for i, completion in zip(chunk, outputs):
                     results[i] = completion
         return results  # type: ignore[return-value]
 
-    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingSettings, seeds: list[int]) -> list[Completion]:
+    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingSettings,
+                        seeds: list[Optional[int]]) -> list[Completion]:
+        """`seeds`: each row's sampling seed, None for a greedy request (its logprob is still the token's under
+        the call's temperature and top-p, as the trainer scores it)."""
         device = next(self.model.parameters()).device
         input_ids, attention_mask = _left_pad(prompts, self.pad_id, device)
         recorder = _SampledLogprobs(input_ids.shape[1])

@@ -164,7 +164,8 @@ def rollout(run: Run, tasks: list[tuple[int, str]], u: int, snapshot) -> list:
     from evoharness_rl.rollout.engine import EpisodeJob, episode_settings
 
     cfg = run.cfg
-    jobs = [EpisodeJob(task, seed=derive_seed(cfg.seed, u, group), group=group, sample=k)
+    jobs = [EpisodeJob(task, seed=derive_seed(cfg.seed, u, group), group=group, sample=k,
+                       greedy=k < cfg.grpo.greedy_samples)
             for group, task in tasks for k in range(cfg.grpo.group_size)]
     settings = episode_settings(cfg, train=True, max_steps=train_horizon(cfg, u))
     return [t.played_with(snapshot) for t in run.engine.run(jobs, settings, experience=snapshot, update_index=u)]
@@ -536,6 +537,7 @@ def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, e
         **rollout_metrics(run.accelerator, trajs, run.engine.stats),
         "zero_std_groups": scored.zero_std_groups,
         **({"step_anchored_share": scored.anchored_turns} if scored.anchored_turns is not None else {}),
+        **greedy_members(run, trajs),
         **advantage_spread(run, scored),
         **{k: v for k, v in train.items() if k != "bad_reason"},
         "skipped": bool(train["bad_reason"]),
@@ -544,6 +546,17 @@ def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, e
         "lr": run.scheduler.get_last_lr()[0],
         **memory_metrics(),
     }
+
+
+def greedy_members(run: Run, trajs: list) -> dict:
+    """grpo.greedy_samples > 0: success of each group's greedy members (trajectories come in job order, member k of
+    a group at k mod group_size), the policy as evaluation decodes it, on this update's training tasks."""
+    g = run.cfg.grpo
+    if not g.greedy_samples:
+        return {}
+    mine = [bool(t.won) for i, t in enumerate(trajs) if i % g.group_size < g.greedy_samples and t.error is None]
+    won = [w for part in gather_objects(run.accelerator, [mine]) for w in part]
+    return {"greedy_success_rate": sum(won) / max(len(won), 1)}
 
 
 def advantage_spread(run: Run, scored: Scored) -> dict:

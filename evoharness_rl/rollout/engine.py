@@ -89,6 +89,7 @@ class EpisodeJob:
     seed: int = 0  # env reset seed (and the scripted teacher's choices)
     group: int = 0  # GRPO group (the task's index in the update); carried through for the caller
     sample: int = 0  # which of the task's episodes this is (GRPO: member of the group); seeds its sampling
+    greedy: bool = False  # decode every turn greedily whatever the run's temperature (grpo.greedy_samples)
 
 
 @dataclass
@@ -352,7 +353,8 @@ class RolloutEngine:
         teacher = None
         if ep.teacher_response is not None:
             teacher = functools.partial(_constant, ep.teacher_response)
-        request = GenerationRequest(messages=ep.messages, key=ep.key, teacher=teacher, seed=self._request_seed(ep))
+        request = GenerationRequest(messages=ep.messages, key=ep.key, teacher=teacher, seed=self._request_seed(ep),
+                                    greedy=ep.job.greedy)
         if self.backend.uses_tokens:
             request.prompt_ids, request.prompt_truncated = self._prompt_ids(ep)
         return request

@@ -164,3 +164,23 @@ def test_update_weights_from_peft_model_merges_adapters(tiny_model_dir, hf_model
 def test_missing_prompt_ids_is_an_error(backend):
     with pytest.raises(ValueError, match="no prompt_ids"):
         backend.generate([GenerationRequest(messages=[{"role": "user", "content": "hi"}], key="e1")], SamplingSettings())
+
+
+def test_a_greedy_request_decodes_greedily_and_scores_at_the_calls_temperature(backend, hf_model, tokenizer):
+    """grpo.greedy_samples: a greedy request among sampled ones gets the T=0 tokens with logprobs at the call's
+    temperature (what the trainer scores), and the sampled requests beside it are as they would be alone."""
+    prompts = make_prompts(tokenizer, 3)
+    settings = SamplingSettings(temperature=0.7, max_new_tokens=16, seed=0)
+    mixed = _requests(prompts)
+    mixed[0].greedy = True
+    for i, request in enumerate(mixed):
+        request.seed = 100 + i
+    out = backend.generate(mixed, settings)
+    greedy = backend.generate(_requests(prompts[:1]), SamplingSettings(temperature=0.0, max_new_tokens=16))[0]
+    assert out[0].completion_ids == greedy.completion_ids
+    reference = teacher_forced_logprobs(hf_model, prompts[0], out[0].completion_ids, 0.7)
+    assert torch.allclose(torch.tensor(out[0].logprobs), reference, atol=1e-3)
+    sampled = _requests(prompts[1:])
+    for i, request in enumerate(sampled, start=1):
+        request.seed = 100 + i
+    assert [c.completion_ids for c in backend.generate(sampled, settings)] == [c.completion_ids for c in out[1:]]

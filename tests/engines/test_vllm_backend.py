@@ -83,6 +83,19 @@ def test_a_request_seed_fixes_that_request_whatever_its_batch(vllm_engine, token
     assert together == alone[::-1]
 
 
+def test_a_greedy_request_decodes_greedily_among_sampled_ones(vllm_engine, tokenizer):
+    """grpo.greedy_samples: the greedy request gets the T=0 tokens, the sampled request beside it its own seed's."""
+    prompts = make_prompts(tokenizer, 2)
+    settings = SamplingSettings(temperature=1.0, max_new_tokens=12, seed=5)
+    mixed = [GenerationRequest(messages=[], prompt_ids=prompts[0], seed=7, greedy=True),
+             GenerationRequest(messages=[], prompt_ids=prompts[1], seed=8)]
+    out = vllm_engine.generate(mixed, settings)
+    greedy = vllm_engine.generate(_requests(prompts[:1]), SamplingSettings(temperature=0.0, max_new_tokens=12))[0]
+    sampled = vllm_engine.generate(mixed[1:], settings)[0]
+    assert out[0].completion_ids == greedy.completion_ids and out[1].completion_ids == sampled.completion_ids
+    assert vllm_engine.generate(mixed[:1], settings)[0].completion_ids == greedy.completion_ids
+
+
 def test_model_generation_defaults_do_not_leak(vllm_engine, hf_model, tokenizer):
     """The checkpoint ships top_k=20: sampling at T=1 must still draw tokens outside the top 20."""
     prompts = make_prompts(tokenizer, 8)

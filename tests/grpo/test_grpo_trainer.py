@@ -122,6 +122,33 @@ def test_grpo_with_step_advantages_and_trajectory_mean_end_to_end(warm_model_dir
     assert all(r["loss_tokens"] > 0 for r in rows if r["zero_std_groups"] < 2)
 
 
+@pytest.mark.slow
+def test_grpo_with_greedy_members_logs_their_success(warm_model_dir, tmp_path):
+    """One mini-batch, one step, as above: hf records a greedy member's logprobs at grpo.temperature, as the trainer
+    scores them, so the ratios stay at 1 with the greedy members in the batch."""
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1, mini_batch_trajectories=8, greedy_samples=1,
+                      temperature=0.7)
+    final = run_grpo(cfg, env_factory=envs)
+    assert _changed(_weights(warm_model_dir), _weights(final))
+    (row,) = read_metrics(tmp_path / "run")
+    assert 0.0 <= row["greedy_success_rate"] <= 1.0
+    assert abs(row["approx_kl"]) <= 1e-3 and row["ratio_max"] == pytest.approx(1.0, abs=0.05)
+
+
+def test_greedy_members_leave_a_sampled_member_and_need_tempered_logprobs():
+    from evoharness_rl.config import Config, validate
+
+    cfg = Config()
+    cfg.grpo.greedy_samples = cfg.grpo.group_size
+    with pytest.raises(ConfigError, match="leaves no sampled member"):
+        validate(cfg)
+    cfg.grpo.greedy_samples, cfg.policy.backend = 1, "vllm"
+    with pytest.raises(ConfigError, match="needs grpo.old_logprobs=recompute"):
+        validate(cfg)
+    cfg.grpo.old_logprobs = "recompute"
+    validate(cfg)
+
+
 def test_step_advantages_need_per_turn_context():
     from evoharness_rl.config import Config, validate
 

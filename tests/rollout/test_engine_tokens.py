@@ -108,3 +108,13 @@ def test_ids_and_logprobs_of_different_length_fail_loudly(fake_factory, hf_backe
         with pytest.raises(ValueError, match="3 completion ids but 1 logprobs"):
             engine.run([EpisodeJob("pick/2")], EpisodeSettings(context="per_turn", max_steps=2))
         assert pool.live_keys == set()  # the episode was freed from its worker
+
+
+def test_greedy_jobs_play_the_greedy_episode_whatever_their_seed(engine):
+    """grpo.greedy_samples: greedy members of a group replay one episode (the greedy policy's); sampled ones differ."""
+    settings = EpisodeSettings(mode="adaptive", context="per_turn", max_steps=3)
+    jobs = [EpisodeJob("pick/2", group=0, sample=k, greedy=k < 2) for k in range(4)]
+    trajs = engine.run(jobs, settings)
+    ids = [[tuple(turn.completion_ids) for turn in t.turns] for t in trajs]
+    assert all(t.error is None for t in trajs)
+    assert ids[0] == ids[1] and ids[2] != ids[3] and ids[0] not in ids[2:]
