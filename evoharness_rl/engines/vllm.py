@@ -169,7 +169,8 @@ class VLLMBackend(StreamingBackend):
                 f"max_model_len={self.max_model_len}; lower policy.max_prompt_tokens"))))
             return
         request_id = f"stream-{next(self._request_ids)}"
-        params = self._params(sampling, min(sampling.max_new_tokens, room), self._seed(request, sampling), request.greedy)
+        params = self._params(sampling, min(sampling.max_new_tokens, room), self._seed(request, sampling),
+                              request.greedy)
         self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(request.prompt_ids)), params,
                                         lora_request=self._lora)
         self._queued[request_id] = request.key
