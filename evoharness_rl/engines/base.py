@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import abc
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 
@@ -48,6 +48,10 @@ class SamplingSettings:
     top_p: float = 1.0
     max_new_tokens: int = 512
     seed: Optional[int] = None  # seeds the backend's random stream (see "Sampling randomness" above)
+
+    def of(self, request: "GenerationRequest") -> "SamplingSettings":
+        """The settings `request` decodes with: the call's, at temperature 0 for a greedy request."""
+        return replace(self, temperature=0.0) if request.greedy else self
 
 
 @dataclass

@@ -138,8 +138,8 @@ class VLLMBackend(StreamingBackend):
                     f"max_model_len={self.max_model_len}; lower policy.max_prompt_tokens"))
                 continue
             prompts.append(TokensPrompt(prompt_token_ids=list(request.prompt_ids)))
-            params.append(self._params(sampling, min(sampling.max_new_tokens, room), self._seed(request, sampling),
-                                       request.greedy))
+            params.append(self._params(sampling.of(request), min(sampling.max_new_tokens, room),
+                                       self._seed(request, sampling)))
             positions.append(i)
         if prompts:
             self._wake()
@@ -169,8 +169,7 @@ class VLLMBackend(StreamingBackend):
                 f"max_model_len={self.max_model_len}; lower policy.max_prompt_tokens"))))
             return
         request_id = f"stream-{next(self._request_ids)}"
-        params = self._params(sampling, min(sampling.max_new_tokens, room), self._seed(request, sampling),
-                              request.greedy)
+        params = self._params(sampling.of(request), min(sampling.max_new_tokens, room), self._seed(request, sampling))
         self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=list(request.prompt_ids)), params,
                                         lora_request=self._lora)
         self._queued[request_id] = request.key
@@ -189,14 +188,13 @@ class VLLMBackend(StreamingBackend):
         """The request's own seed, or the next of the stream: identical prompts in a GRPO group must differ."""
         return request.seed if request.seed is not None else self._stream.next_seed(sampling.seed)
 
-    def _params(self, sampling: SamplingSettings, max_tokens: int, seed: int, greedy: bool = False):
-        """vLLM's parameters for one request; a greedy request decodes at temperature 0 (its logprobs are then
-        the plain log-softmax: the trainer needs grpo.old_logprobs=recompute, config.py checks)."""
+    def _params(self, sampling: SamplingSettings, max_tokens: int, seed: int):
+        """vLLM's parameters for one request, from `sampling.of(request)`: a greedy request decodes at temperature 0,
+        so its logprobs are the plain log-softmax (the trainer then needs grpo.old_logprobs=recompute; config.py)."""
         from vllm import SamplingParams
 
-        temperature = 0.0 if greedy else sampling.temperature
         return SamplingParams(
-            n=1, temperature=temperature, top_p=sampling.top_p if temperature > 0 else 1.0,
+            n=1, temperature=sampling.temperature, top_p=sampling.top_p if sampling.temperature > 0 else 1.0,
             top_k=0, min_p=0.0, repetition_penalty=1.0, max_tokens=max_tokens, logprobs=0, seed=seed,
             stop_token_ids=self.stop_ids, detokenize=False,  # text is decoded from the ids, as in every backend
         )
@@ -324,17 +322,17 @@ class VLLMServerBackend(GenerationBackend):
         _check_prompts(requests, "vllm_server")
         seeds = [r.seed if r.seed is not None else self._stream.next_seed(sampling.seed) for r in requests]
         jobs = list(zip(requests, seeds))
-        return map_concurrently(lambda job: self._one(job[0], sampling, job[1]), jobs, self.concurrency)
+        return map_concurrently(lambda job: self._one(job[0].prompt_ids, sampling.of(job[0]), job[1]), jobs,
+                                self.concurrency)
 
-    def _one(self, request: GenerationRequest, sampling: SamplingSettings, seed: int) -> Completion:
-        temperature = 0.0 if request.greedy else sampling.temperature
+    def _one(self, prompt_ids: list[int], sampling: SamplingSettings, seed: int) -> Completion:
         try:
             response = self.client.completions.create(
                 model=self.model,
-                prompt=list(request.prompt_ids),
+                prompt=list(prompt_ids),
                 max_tokens=sampling.max_new_tokens,
-                temperature=temperature,
-                top_p=sampling.top_p if temperature > 0 else 1.0,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p if sampling.temperature > 0 else 1.0,
                 logprobs=0,
                 seed=seed,
                 extra_body=dict(top_k=0, min_p=0.0, repetition_penalty=1.0, stop_token_ids=self.stop_ids,
