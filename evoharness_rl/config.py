@@ -133,7 +133,7 @@ class PolicyConfig:
     max_new_tokens: int = 512  # generated tokens per turn (paper: 512 ALFWorld / 1024 WebShop)
     max_prompt_tokens: int = 12288  # per-turn prompt limit: the prompt tokens a turn adds (per_turn: its whole prompt; accumulated: the first prompt, then each turn's new environment message); longer ones keep their head (system message / turn header) and their most recent tokens
     max_trajectory_tokens: int = 8192  # accumulated context: tokens an episode may add after its first prompt (completions + environment messages; paper: 8,192 on WebArena); a turn that could not fit max_new_tokens more ends the episode as a failure flagged token_capped (token backends)
-    batch_size: int = 64  # prompts per backend call (hf; the pipelined engine sends at most this many ready requests at once); vLLM schedules its own batches
+    batch_size: int = 64  # hf: most requests decoded at once (new requests join the running batch as rows finish); vllm_server and text backends: most ready requests the pipelined engine sends in one call; vLLM schedules its own batches
     path: Optional[str] = None  # replay: JSON file with a list of raw responses
     harness_rate: float = 0.5  # scripted: how often the teacher uses BPE actions (0..1)
     teacher_slip_rate: float = 0.0  # scripted: share of turns that are a plausible action the env rejects (SFT recovery)

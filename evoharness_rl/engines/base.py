@@ -28,7 +28,7 @@ sequence of calls. Every token backend samples each request from its own seed,
 run seed, task, sample and turn, so a sample does not depend on how or when requests were
 batched) or else the next number of the stream, drawn in request order.
 
-Streaming (`StreamingBackend`, the offline vLLM engine): besides `generate`, the backend
+Streaming (`StreamingBackend`: hf and the offline vLLM engine): besides `generate`, the backend
 keeps a request queue that the pipelined rollout engine feeds one request at a time as
 episodes become ready -- `submit(request, sampling)`, then `poll()` runs one scheduling
 step and returns the requests that finished, as (request key, Completion) pairs.

@@ -1,4 +1,4 @@
-"""`hf` backend: transformers `generate`, batched with left padding and a KV cache.
+"""`hf` backend: our own batched decode loop over a transformers model, with a KV cache and continuous batching.
 
 Sampling logprobs. Each returned logprob is log p(token) under the distribution the
 token was actually sampled from: the model's logits divided by the temperature, then
@@ -8,79 +8,189 @@ logits. With top_p = 1 this equals `log_softmax(logits / T)`, which a trainer ca
 recompute from a teacher-forced forward pass; with top_p < 1 the nucleus
 renormalisation makes the two differ by design.
 
-How: `generate` runs greedy over our own logits processors: the temperature and top-p
-warpers, `_SampledLogprobs` (which sees exactly the scores sampled from), then
-`_SeededSampler`, which draws each row's token from that row's own generator (seeded by
-`GenerationRequest.seed`, else the next number of the backend's stream) and leaves only
-that token possible. A request's sample therefore depends on its seed and its scores,
-never on which requests shared its batch (the pipelined rollout engine batches whatever
-is ready), and the global torch generator is never touched. The model's own `generation_config` (checkpoints often
-ship top_k/top_p/temperature defaults) is set aside during the call so it cannot leak in.
+How: one decode loop (`_Decoder`) serves both `generate` and the request queue
+(`submit`/`poll`, which the pipelined rollout engine feeds as episodes become ready, so
+a request joins the running batch mid-generation instead of waiting for the next call;
+on a small model a decoding step costs about the same for 4 rows as for 16). Each step
+applies transformers' temperature and top-p warpers to the last position's logits, records
+the sampled token's log-softmax under them, and draws each row's token from that row's
+own generator (seeded by `GenerationRequest.seed`, else the next number of the backend's
+stream; greedy rows take the argmax). A request's sample therefore depends on its seed
+and its scores, never on which requests shared its batch, and the global torch generator
+is never touched. The model's own `generation_config` (checkpoints often ship
+top_k/top_p/temperature defaults) plays no part: the loop calls the model's forward only.
+Rows are left padded with explicit position ids; batch composition changes a row's
+logits only by float rounding (the tests compare with single-prompt decoding).
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+from transformers.cache_utils import DynamicLayer
 from transformers.generation import TemperatureLogitsWarper, TopPLogitsWarper
 
-from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings, SamplingStream
+from evoharness_rl.engines.base import (Completion, GenerationRequest, SamplingSettings, SamplingStream,
+                                        StreamingBackend)
 from evoharness_rl.engines.tokens import stop_token_ids
 from evoharness_rl.engines.weights import named_weights, weight_names
 
 
-class _SampledLogprobs(LogitsProcessor):
-    """Records the log-probability of each sampled token under the processed scores.
+@dataclass
+class _Row:
+    """One request being decoded: what it has generated so far and how it samples."""
 
-    Called once per generation step with the running ids; the token sampled at the
-    previous step is `input_ids[:, -1]`, so only one step's [B, V] log-softmax is kept.
+    key: str
+    prompt: list[int]
+    max_new_tokens: int
+    generator: Optional[torch.Generator]  # None: greedy (argmax of the processed scores)
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+
+class _Decoder:
+    """Continuous batching over one KV cache (module docstring, "How").
+
+    Invariant between calls: every running row has sampled its latest token, and the cache
+    holds every token before it. `step()` prefills the waiting requests that fit (left
+    padded among themselves), samples their first token and merges their cache into the
+    running one, left padded to a common length; then one cached forward feeds every row's
+    latest token and samples the next. Finished rows leave at once, and cache columns that
+    only pad leave with them. Positions are explicit, so padding never shifts a row.
+    Models whose cache is not plain full attention (sliding-window layers) admit new rows
+    only into an empty batch and keep finished rows until it drains, as `model.generate` does.
     """
 
-    def __init__(self, prompt_length: int):
-        self.prompt_length = prompt_length
-        self.steps: list[torch.Tensor] = []  # one [B] tensor per generated token
-        self._last: Optional[torch.Tensor] = None  # [B, V] log-softmax of the previous step
+    def __init__(self, model: Any, stop_ids: list[int], pad_id: int, max_rows: int):
+        self.model, self.stop_ids, self.pad_id, self.max_rows = model, set(stop_ids), pad_id, max_rows
+        self.waiting: deque[_Row] = deque()
+        self.rows: list[_Row] = []
+        self.live: list[bool] = []  # per row: still generating (False only for rows kept in a non-plain cache)
+        self.cache: Any = None
+        self.mask: Optional[torch.Tensor] = None  # [B, T] 1 where the cache holds a real token
+        self.sampling: Optional[SamplingSettings] = None  # the call settings every running row shares
+        self.joinable = True
+        self._trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if input_ids.shape[1] > self.prompt_length:
-            self._gather(input_ids[:, -1])
-        self._last = torch.log_softmax(scores.float(), dim=-1)
-        return scores
+    @property
+    def busy(self) -> bool:
+        return bool(self.waiting or any(self.live))
 
-    def finish(self, sequences: torch.Tensor) -> torch.Tensor:
-        """[B, new_tokens] logprobs, once `generate` returned `sequences`."""
-        if sequences.shape[1] > self.prompt_length:
-            self._gather(sequences[:, -1])
-        if not self.steps:
-            return torch.zeros(sequences.shape[0], 0)
-        return torch.stack(self.steps, dim=1).cpu()
+    def add(self, row: _Row, sampling: SamplingSettings) -> None:
+        shared = (sampling.temperature, sampling.top_p)
+        if self.sampling is not None and self.busy and (self.sampling.temperature, self.sampling.top_p) != shared:
+            raise ValueError(
+                f"hf backend: a request at temperature={sampling.temperature}, top_p={sampling.top_p} cannot join "
+                f"running requests at temperature={self.sampling.temperature}, top_p={self.sampling.top_p}; "
+                "poll them to the end first")
+        self.sampling = sampling
+        self.waiting.append(row)
 
-    def _gather(self, tokens: torch.Tensor) -> None:
-        assert self._last is not None
-        self.steps.append(self._last.gather(1, tokens[:, None].to(self._last.device))[:, 0])
+    def step(self) -> list[_Row]:
+        """One scheduling step (see the class docstring); the rows that finished."""
+        device = next(self.model.parameters()).device
+        finished: list[_Row] = []
+        with torch.no_grad():
+            room = self.max_rows - len(self.rows)
+            if self.waiting and room > 0 and (self.joinable or not self.rows):
+                joining = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
+                self._prefill(joining, device)
+                finished += self._retire()
+            if any(self.live):
+                ids = torch.tensor([[row.ids[-1]] for row in self.rows], device=device)
+                positions = torch.tensor([[len(row.prompt) + len(row.ids) - 1] for row in self.rows], device=device)
+                self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
+                out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
+                                 past_key_values=self.cache, use_cache=True, **self._logits_args())
+                self.cache = out.past_key_values
+                self._sample(out.logits[:, -1, :], [row if live else None for row, live in zip(self.rows, self.live)])
+                finished += self._retire()
+        return finished
+
+    def _logits_args(self) -> dict:
+        return {"logits_to_keep": 1} if self._trim_logits else {}
+
+    def _prefill(self, joining: list[_Row], device: Any) -> None:
+        ids, mask = _left_pad([row.prompt for row in joining], self.pad_id, device)
+        positions = (mask.cumsum(-1) - 1).masked_fill_(mask == 0, 1)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         **self._logits_args())
+        cache = out.past_key_values
+        self._sample(out.logits[:, -1, :], joining)
+        if not self.rows:
+            self.cache, self.mask, self.rows, self.live = cache, mask, joining, [True] * len(joining)
+            self.joinable = _plain(cache)
+            return
+        # Merge: both caches left padded to the longer one, the joining rows after the running ones.
+        length = max(self.mask.shape[1], mask.shape[1])
+        for mine, theirs in zip(self.cache.layers, cache.layers):
+            mine.keys = torch.cat([_pad_left(mine.keys, length), _pad_left(theirs.keys, length)])
+            mine.values = torch.cat([_pad_left(mine.values, length), _pad_left(theirs.values, length)])
+        self.mask = torch.cat([_pad_left(self.mask, length), _pad_left(mask, length)])
+        self.rows, self.live = self.rows + joining, self.live + [True] * len(joining)
+
+    def _sample(self, logits: torch.Tensor, rows: list[Optional[_Row]]) -> None:
+        """`rows[i]` (None: skip) samples its next token from `logits[i]` [V]: the call's temperature and top-p
+        warpers, then its own generator (or argmax); its logprob is the token's under those processed scores."""
+        sampling = self.sampling
+        scores = logits.float()
+        if sampling.temperature > 0:
+            if sampling.temperature != 1.0:
+                scores = TemperatureLogitsWarper(sampling.temperature)(None, scores)
+            if sampling.top_p < 1.0:
+                scores = TopPLogitsWarper(sampling.top_p)(None, scores)
+        logprobs = torch.log_softmax(scores, dim=-1)
+        index = [i for i, row in enumerate(rows) if row is not None]
+        if sampling.temperature == 0:
+            tokens = scores[index].argmax(-1)
+        else:  # one draw per row from its own generator; greedy rows take the most probable token
+            probs = torch.softmax(scores, dim=-1)
+            tokens = torch.cat([probs[i].argmax(-1, keepdim=True) if rows[i].generator is None
+                                else torch.multinomial(probs[i], 1, generator=rows[i].generator) for i in index])
+        picked = logprobs[index].gather(1, tokens[:, None])[:, 0]
+        for i, token, logprob in zip(index, tokens.tolist(), picked.tolist()):  # one device-to-host copy a step
+            rows[i].ids.append(token)
+            rows[i].logprobs.append(logprob)
+
+    def _retire(self) -> list[_Row]:
+        """Take out the rows that just finished; with a plain cache, their cache rows and the pad-only columns too."""
+        done = [i for i, (row, live) in enumerate(zip(self.rows, self.live))
+                if live and (row.ids[-1] in self.stop_ids or len(row.ids) >= row.max_new_tokens)]
+        if not done:
+            return []
+        finished = [self.rows[i] for i in done]
+        if not self.joinable:  # as `model.generate`: the batch keeps its shape until every row is done
+            for i in done:
+                self.live[i] = False
+            if not any(self.live):
+                self._reset()
+            return finished
+        keep = [i for i in range(len(self.rows)) if i not in set(done)]
+        if not keep:
+            self._reset()
+            return finished
+        self.rows, self.live = [self.rows[i] for i in keep], [True] * len(keep)
+        index = torch.tensor(keep, device=self.mask.device)
+        self.mask = self.mask[index]
+        drop = int((self.mask.cumsum(1) == 0).sum(1).min())  # columns that are padding in every remaining row
+        for layer in self.cache.layers:
+            layer.keys, layer.values = layer.keys[index, :, drop:], layer.values[index, :, drop:]
+        self.mask = self.mask[:, drop:]
+        return finished
+
+    def _reset(self) -> None:
+        self.rows, self.live, self.cache, self.mask, self.joinable = [], [], None, None, True
 
 
-class _SeededSampler(LogitsProcessor):
-    """Samples each row from its own seeded generator and masks every other token (generate then picks it).
-    Rows without a generator (greedy requests) take their most probable token."""
-
-    def __init__(self, seeds: list[Optional[int]], device: Any):
-        self.generators = [None if seed is None else torch.Generator(device=device).manual_seed(seed) for seed in seeds]
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        probs = torch.softmax(scores.float(), dim=-1)  # [B, V]
-        picked = torch.cat([probs[row].argmax(-1, keepdim=True) if g is None else
-                            torch.multinomial(probs[row], 1, generator=g) for row, g in enumerate(self.generators)])
-        forced = torch.full_like(scores, float("-inf"))
-        return forced.scatter_(1, picked[:, None], 0.0)  # [B, V]: only the sampled token is possible
-
-
-class HFBackend(GenerationBackend):
-    """transformers `generate` over prompt token ids; exact completion ids and sampling logprobs."""
+class HFBackend(StreamingBackend):
+    """Our own decode loop over a transformers model: exact completion ids and sampling logprobs, and a
+    request queue (`submit`/`poll`) that the pipelined rollout engine feeds as episodes become ready."""
 
     def __init__(
         self,
@@ -93,7 +203,8 @@ class HFBackend(GenerationBackend):
         trust_remote_code: bool = False,
     ):
         """`model_or_path`: a checkpoint directory, or a loaded model (e.g. the training model itself,
-        which is then shared: `update_weights(model)` with the same object costs nothing)."""
+        which is then shared: `update_weights(model)` with the same object costs nothing).
+        `batch_size`: most requests decoded at once."""
         if isinstance(model_or_path, (str, os.PathLike)):
             model_or_path = _load(str(model_or_path), device, dtype, attn_implementation, trust_remote_code)
         self.model = model_or_path
@@ -103,53 +214,46 @@ class HFBackend(GenerationBackend):
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
         self._load_args = (device, dtype, attn_implementation, trust_remote_code)
         self._stream = SamplingStream()
+        self._decoder: Optional[_Decoder] = None
 
     # -- generation ---------------------------------------------------------------------
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
+        if self._decoder is not None and self._decoder.busy:
+            raise RuntimeError("hf backend: generate() while submitted requests are still decoding; poll() them first")
         for i, request in enumerate(requests):
-            if not request.prompt_ids:
-                raise ValueError(f"request {i} (key {request.key!r}) has no prompt_ids; the hf backend needs token ids")
+            _check_prompt(request, i)
         # Each request's own seed (base.py), drawn in request order before any batching.
-        seeds = [r.seed if r.seed is not None else self._stream.next_seed(sampling.seed) for r in requests]
-        # Similar lengths share a batch (less padding); results go back in request order.
-        order = sorted(range(len(requests)), key=lambda i: len(requests[i].prompt_ids))
-        results: list[Optional[Completion]] = [None] * len(requests)
-        with _eval_mode(self.model), _neutral_generation_config(self.model):
-            for start in range(0, len(order), self.batch_size):
-                chunk = order[start : start + self.batch_size]
-                outputs = self._generate_batch([requests[i].prompt_ids for i in chunk], sampling,
-                                               [None if requests[i].greedy else seeds[i] for i in chunk])
-                for i, completion in zip(chunk, outputs):
-                    results[i] = completion
-        return results  # type: ignore[return-value]
+        rows = [self._row(request, sampling, f"#{i}") for i, request in enumerate(requests)]
+        decoder = _Decoder(self.model, self.stop_ids, self.pad_id, self.batch_size)
+        for row in sorted(rows, key=lambda r: len(r.prompt)):  # similar lengths decode together: less padding
+            decoder.add(row, sampling)
+        with _eval_mode(self.model):
+            while decoder.busy:
+                decoder.step()
+        return [self._completion(row.ids, row.logprobs) for row in rows]
 
-    def _generate_batch(self, prompts: list[list[int]], sampling: SamplingSettings,
-                        seeds: list[Optional[int]]) -> list[Completion]:
-        """`seeds`: each row's sampling seed, None for a greedy request (its logprob is still the token's under
-        the call's temperature and top-p, as the trainer scores it)."""
-        device = next(self.model.parameters()).device
-        input_ids, attention_mask = _left_pad(prompts, self.pad_id, device)
-        recorder = _SampledLogprobs(input_ids.shape[1])
-        greedy = sampling.temperature == 0
-        processors = LogitsProcessorList()
-        if not greedy and sampling.temperature != 1.0:
-            processors.append(TemperatureLogitsWarper(sampling.temperature))
-        if not greedy and sampling.top_p < 1.0:
-            processors.append(TopPLogitsWarper(sampling.top_p))
-        processors.append(recorder)
-        if not greedy:
-            processors.append(_SeededSampler(seeds, device))  # the sampling is ours: generate runs greedy
-        config = GenerationConfig(
-            do_sample=False, max_new_tokens=sampling.max_new_tokens, eos_token_id=self.stop_ids,
-            pad_token_id=self.pad_id, use_cache=True,
-        )
-        sequences = self.model.generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=config, logits_processor=processors,
-        )
-        logprobs = recorder.finish(sequences)
-        new_ids = sequences[:, input_ids.shape[1] :].cpu()
-        return [self._completion(new_ids[row].tolist(), logprobs[row].tolist()) for row in range(len(prompts))]
+    def submit(self, request: GenerationRequest, sampling: SamplingSettings) -> None:
+        """Queue `request`; it joins the running batch at the next `poll`."""
+        _check_prompt(request, 0)
+        if self._decoder is None:
+            self._decoder = _Decoder(self.model, self.stop_ids, self.pad_id, self.batch_size)
+        self._decoder.add(self._row(request, sampling, request.key), sampling)
+
+    def poll(self) -> list[tuple[str, Completion]]:
+        """One decoding step (every running request advances one token); the requests that finished."""
+        if self._decoder is None or not self._decoder.busy:
+            return []
+        with _eval_mode(self.model):
+            done = self._decoder.step()
+        return [(row.key, self._completion(row.ids, row.logprobs)) for row in done]
+
+    def _row(self, request: GenerationRequest, sampling: SamplingSettings, key: str) -> _Row:
+        seed = request.seed if request.seed is not None else self._stream.next_seed(sampling.seed)
+        greedy = request.greedy or sampling.temperature == 0
+        generator = None if greedy else torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
+        return _Row(key=key, prompt=list(request.prompt_ids), max_new_tokens=sampling.max_new_tokens,
+                    generator=generator)
 
     def _completion(self, ids: list[int], logprobs: list[float]) -> Completion:
         """Cut at the first stop token (kept: the model learns to stop); the rest is padding."""
@@ -168,8 +272,11 @@ class HFBackend(GenerationBackend):
         copy parameters from another model (PEFT adapters merged) or reload a checkpoint directory."""
         if model is self.model:
             return
+        if self._decoder is not None and self._decoder.busy:
+            raise RuntimeError("hf backend: update_weights() while submitted requests are still decoding; "
+                               "poll() them first")
         if isinstance(model, (str, os.PathLike)):
-            self.model = _load(str(model), *self._load_args)
+            self.model, self._decoder = _load(str(model), *self._load_args), None
             return
         params = dict(self.model.named_parameters())
         names = weight_names(model)
@@ -184,7 +291,7 @@ class HFBackend(GenerationBackend):
                 params[name].copy_(tensor)
 
     def release(self) -> None:
-        self.model = None
+        self.model, self._decoder = None, None
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 
@@ -221,13 +328,22 @@ def _eval_mode(model: Any):
         model.train(was_training)
 
 
-@contextlib.contextmanager
-def _neutral_generation_config(model: Any):
-    """Hide the checkpoint's generation defaults (top_k, top_p, penalties...) during our call."""
-    target = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: the wrapped model
-    saved = target.generation_config
-    target.generation_config = GenerationConfig()
-    try:
-        yield
-    finally:
-        target.generation_config = saved
+def _check_prompt(request: GenerationRequest, index: int) -> None:
+    if not request.prompt_ids:
+        raise ValueError(f"request {index} (key {request.key!r}) has no prompt_ids; the hf backend needs token ids")
+
+
+def _pad_left(tensor: torch.Tensor, length: int) -> torch.Tensor:
+    """Zeros on the left of the sequence axis (dim 1 of a [B, T] mask, dim 2 of a [B, H, T, D] cache tensor)."""
+    dim = 1 if tensor.dim() == 2 else 2
+    missing = length - tensor.shape[dim]
+    if missing == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+
+def _plain(cache: Any) -> bool:
+    """A cache of full-attention layers only, whose rows and columns can be cut and joined."""
+    return all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))

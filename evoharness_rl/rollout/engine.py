@@ -11,9 +11,9 @@ responses were generated before. The main thread generates; a helper thread owns
 pool, sends each episode's reset or step to its worker as soon as it is asked for, and
 hands back each one's reply as soon as it is in (no episode waits for another's
 step). The backend takes the episodes that are ready: token-level
-continuous batching where it has a request queue (`StreamingBackend`: the
-offline vLLM engine), otherwise one `generate` call per micro-batch of at most
-`backend.batch_size` ready requests (hf and the text backends).
+continuous batching where it has a request queue (`StreamingBackend`: hf's own decode
+loop and the offline vLLM engine), otherwise one `generate` call per micro-batch of at
+most `backend.batch_size` ready requests (vllm_server and the text backends).
 
 `lockstep` (kept for the equivalence test and benchmarks): each turn
 

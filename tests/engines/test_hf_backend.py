@@ -184,3 +184,100 @@ def test_a_greedy_request_decodes_greedily_and_scores_at_the_calls_temperature(b
     for i, request in enumerate(sampled, start=1):
         request.seed = 100 + i
     assert [c.completion_ids for c in backend.generate(sampled, settings)] == [c.completion_ids for c in out[1:]]
+
+
+# -- the request queue (continuous batching) ----------------------------------------------------------------------
+
+
+def _stream(backend, requests, settings, join_after: dict[int, int]):
+    """Submit request i after `join_after.get(i, 0)` polls; poll to the end; completions by key."""
+    done, polls = {}, 0
+    pending = sorted(range(len(requests)), key=lambda i: join_after.get(i, 0))
+    while pending or len(done) < len(requests):
+        while pending and join_after.get(pending[0], 0) <= polls:
+            backend.submit(requests[pending.pop(0)], settings)
+        done.update(backend.poll())
+        polls += 1
+        assert polls < 10_000
+    return [done[r.key] for r in requests]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_requests_that_join_mid_generation_decode_as_in_one_call(hf_model, tokenizer, temperature):
+    """Late requests join the running batch (caches merged, left padded, rows leaving as they finish), and each
+    request gets the tokens it gets from `generate` with the same seed, whatever shared its steps."""
+    prompts = make_prompts(tokenizer, 7)
+    settings = SamplingSettings(temperature=temperature, max_new_tokens=20, seed=0)
+    requests = _requests(prompts)
+    for i, request in enumerate(requests):
+        request.seed = 50 + i
+    reference = HFBackend(hf_model, tokenizer, batch_size=1).generate(requests, settings)
+    backend = HFBackend(hf_model, tokenizer, batch_size=4)  # at most 4 rows: the rest wait for a free one
+    streamed = _stream(backend, requests, settings, join_after={2: 3, 3: 3, 4: 9, 5: 30, 6: 31})
+    for s, r in zip(streamed, reference):
+        assert s.completion_ids == r.completion_ids and s.finish_reason == r.finish_reason
+        assert torch.allclose(torch.tensor(s.logprobs), torch.tensor(r.logprobs), atol=1e-4)
+    assert not backend._decoder.busy and backend._decoder.cache is None  # drained: nothing is held
+
+
+def test_finished_rows_leave_the_cache_and_pad_columns_go_with_them(hf_model, tokenizer):
+    prompts = make_prompts(tokenizer, 5)
+    backend = HFBackend(hf_model, tokenizer, batch_size=8)
+    requests = _requests(prompts)
+    requests[-1].prompt_ids = prompts[-1] + prompts[-1]  # the longest prompt, which finishes first
+    lengths = [1 if i == len(requests) - 1 else 30 for i in range(len(requests))]
+    for request, n in zip(requests, lengths):
+        backend.submit(request, SamplingSettings(temperature=0.0, max_new_tokens=n))
+    [(key, one)] = backend.poll()  # prefill + one step: the one-token request finished at the prefill ...
+    assert key == requests[-1].key and len(one.completion_ids) == 1 and one.finish_reason == "length"
+    # ... and has gone, and so have the cache columns that only its long prompt needed
+    decoder = backend._decoder
+    assert len(decoder.rows) == 4
+    assert decoder.mask.shape[1] == max(len(p) for p in prompts[:-1]) + 1
+    assert decoder.cache.layers[0].keys.shape[:3] == (4, 2, decoder.mask.shape[1])
+    assert bool(decoder.mask[:, 0].any())
+
+
+def test_a_sliding_window_model_decodes_in_cohorts(tmp_path, tokenizer):
+    """A cache with sliding-window layers cannot be cut and joined: new requests wait for the batch to drain,
+    and the tokens are still those of single-prompt decoding."""
+    from transformers import AutoModelForCausalLM
+
+    from tiny_model import build_tiny_model
+
+    path = build_tiny_model(tmp_path / "sliding", seed=1)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_sliding_window=True, sliding_window=8,
+                                                 layer_types=["full_attention", "sliding_attention"]).eval()
+    assert model.config.layer_types == ["full_attention", "sliding_attention"]
+    requests = _requests(make_prompts(tokenizer, 4))
+    settings = SamplingSettings(temperature=0.0, max_new_tokens=16)
+    reference = HFBackend(model, tokenizer, batch_size=1).generate(requests, settings)
+    backend = HFBackend(model, tokenizer, batch_size=4)
+    backend.submit(requests[0], settings)
+    backend.poll()
+    assert not backend._decoder.joinable  # the cache has a sliding-window layer
+    backend.submit(requests[1], settings)
+    backend.poll()
+    assert len(backend._decoder.rows) == 1 and len(backend._decoder.waiting) == 1  # it waits for the batch to drain
+    while backend._decoder.busy:
+        backend.poll()
+    streamed = _stream(backend, requests, settings, join_after={2: 2, 3: 2})
+    assert [s.completion_ids for s in streamed] == [r.completion_ids for r in reference]
+    with torch.no_grad():  # the window really acts: the model's own generate with a full cache agrees too
+        ids = torch.tensor([requests[0].prompt_ids])
+        out = model.generate(ids, do_sample=False, max_new_tokens=16, eos_token_id=backend.stop_ids,
+                             pad_token_id=backend.pad_id, top_k=None, top_p=None, temperature=None)
+    assert out[0, ids.shape[1]:].tolist()[: len(reference[0].completion_ids)] == reference[0].completion_ids
+
+
+def test_the_queue_refuses_mixed_sampling_and_generate_while_busy(hf_model, tokenizer):
+    backend = HFBackend(hf_model, tokenizer, batch_size=4)
+    [first, second] = _requests(make_prompts(tokenizer, 2))
+    backend.submit(first, SamplingSettings(temperature=0.7, max_new_tokens=8, seed=0))
+    with pytest.raises(ValueError, match="cannot join running requests at temperature=0.7"):
+        backend.submit(second, SamplingSettings(temperature=1.0, max_new_tokens=8, seed=0))
+    with pytest.raises(RuntimeError, match="poll"):
+        backend.generate([second], SamplingSettings(max_new_tokens=8))
+    while backend._decoder.busy:
+        backend.poll()
+    backend.submit(second, SamplingSettings(temperature=1.0, max_new_tokens=8, seed=0))  # drained: any settings
