@@ -15,7 +15,8 @@ Per model shape, on a batch of `--batch` x `--seq` tokens in bf16 (fp32 on CPU):
   positions, GRPO loss, backward, AdamW) on the same token ids (each row = prompt + `--completion`
   completion tokens), without the reference pass;
 - `grpo_ref`: the reference log-prob pass alone (one no-grad forward), on the same rows;
-- `hf_generate`: HF `generate` rollouts (`--gen-batch` prompts, `--new-tokens` sampled tokens each);
+- `hf_generate`: HF `generate` rollouts (`--gen-batch` prompts, `--new-tokens` sampled tokens each), and
+  `backend_*`: the same prompts through the hf backend's own decode loop (what `policy=hf` rollouts run);
 tokens/s (every token of the batch), MFU = 6 x parameters x tokens/s / peak bf16 FLOP/s (forward
 passes: 2 x ...), and the peak GPU memory of each. Then once: SFT tokens/s (the project's SFT trainer
 on the 0.6B shape), vLLM rollout tokens/s on the 0.6B shape, and the DeepSpeed accumulation check
@@ -234,9 +235,24 @@ def hf_generate(model, args, device: str) -> dict:
                               max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, pad_token_id=0,
                               use_cache=True)
 
+    def decode_loop():  # the hf backend's own loop (what the rollouts run) on the same prompts, no stop token
+        from evoharness_rl.engines.base import SamplingSettings
+        from evoharness_rl.engines.hf import _Decoder, _Row
+
+        decoder = _Decoder(model, stop_ids=[], pad_id=0, max_rows=args.gen_batch)
+        settings = SamplingSettings(temperature=1.0, max_new_tokens=args.new_tokens)
+        for row, prompt_ids in enumerate(ids.tolist()):
+            generator = torch.Generator(device=device).manual_seed(row)
+            decoder.add(_Row(f"r{row}", prompt_ids, args.new_tokens, generator), settings)
+        while decoder.busy:
+            decoder.step()
+
     seconds, peak = timed(generate, 1, device)
+    loop_seconds, loop_peak = timed(decode_loop, 1, device)
     model.train()
     return {"new_tokens_per_s": args.gen_batch * args.new_tokens / seconds, "s_per_call": seconds, "peak_gib": peak,
+            "backend_new_tokens_per_s": args.gen_batch * args.new_tokens / loop_seconds,
+            "backend_s_per_call": loop_seconds, "backend_peak_gib": loop_peak,
             "prompts": args.gen_batch, "prompt_tokens": prompt, "new_tokens": args.new_tokens}
 
 

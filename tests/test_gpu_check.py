@@ -36,7 +36,7 @@ def test_gpu_check_tiny_on_cpu_writes_a_sane_report(tmp_path):
         assert math.isfinite(rate) and rate > 0 and row[kind]["mfu"] is None  # no GPU peak to divide by
         assert abs(row[kind]["s_per_step"] * rate - row["tokens_per_step"]) < 1e-6 * row["tokens_per_step"]
     assert row["grpo_update_vs_plain"] == row["grpo_update"]["tokens_per_s"] / row["plain"]["tokens_per_s"]
-    assert row["hf_generate"]["new_tokens_per_s"] > 0
+    assert row["hf_generate"]["new_tokens_per_s"] > 0 and row["hf_generate"]["backend_new_tokens_per_s"] > 0
     assert report["sft"]["tokens_per_s"] > 0
     # what could not run here is named with the reason, never silently missing
     assert set(report["skipped"]) == {"mfu", "vllm", "deepspeed"}
