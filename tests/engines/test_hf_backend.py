@@ -278,6 +278,8 @@ def test_the_queue_refuses_mixed_sampling_and_generate_while_busy(hf_model, toke
         backend.submit(second, SamplingSettings(temperature=1.0, max_new_tokens=8, seed=0))
     with pytest.raises(RuntimeError, match="poll"):
         backend.generate([second], SamplingSettings(max_new_tokens=8))
+    with pytest.raises(RuntimeError, match="poll"):
+        backend.update_weights(copy.deepcopy(hf_model))
     while backend._decoder.busy:
         backend.poll()
     backend.submit(second, SamplingSettings(temperature=1.0, max_new_tokens=8, seed=0))  # drained: any settings
