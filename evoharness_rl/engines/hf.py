@@ -251,7 +251,7 @@ class HFBackend(StreamingBackend):
 
     def _row(self, request: GenerationRequest, sampling: SamplingSettings, key: str) -> _Row:
         seed = request.seed if request.seed is not None else self._stream.next_seed(sampling.seed)
-        greedy = request.greedy or sampling.temperature == 0
+        greedy = sampling.of(request).temperature == 0  # the one rule of base.py, as the vllm backends apply it
         generator = None if greedy else torch.Generator(device=next(self.model.parameters()).device).manual_seed(seed)
         return _Row(key=key, prompt=list(request.prompt_ids), max_new_tokens=sampling.max_new_tokens,
                     generator=generator)
