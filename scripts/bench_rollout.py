@@ -39,7 +39,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from evoharness_rl.config import Config
-from evoharness_rl.engines.base import GenerationBackend, SamplingSettings
+from evoharness_rl.engines.base import SamplingSettings, StreamingBackend
 from evoharness_rl.envs import env_factory, make_env
 from evoharness_rl.rollout.engine import EpisodeJob, RolloutEngine, episode_settings
 from evoharness_rl.rollout.pool import EnvPool, EnvReset, EnvStep, Finish
@@ -58,14 +58,15 @@ def bench_config(args) -> Config:
     return cfg
 
 
-def task_ids(cfg: Config) -> list[str]:
+def task_ids(cfg: Config) -> tuple[list[str], str]:
+    """The benchmark's tasks, and a task outside them that warms a fresh pool up."""
     if cfg.env.name == "alfworld":
         from evoharness_rl.envs.alfworld.prepare import prepare
 
         prepare(cfg.env)
     env = make_env(cfg.env)
     try:
-        return env.task_ids("valid_seen" if cfg.env.name == "alfworld" else "test")
+        return env.task_ids("valid_seen" if cfg.env.name == "alfworld" else "test"), env.task_ids("train")[0]
     finally:
         env.close()
 
@@ -121,10 +122,14 @@ def bench_scripted(cfg: Config, tasks: list[str], mode: str) -> dict:
 # ------------------------------------------------------------------------------- models
 
 
-class Recording(GenerationBackend):
-    """Passes calls through to a backend (streaming too) and keeps every request it was sent."""
+class Recording(StreamingBackend):
+    """Passes calls through to a backend and keeps every request it was sent.
 
-    def __init__(self, inner: GenerationBackend):
+    A `StreamingBackend` whose `streams` is the inner backend's, so the engine drives it as
+    it would drive the inner one: token-level continuous batching for hf and vllm.
+    """
+
+    def __init__(self, inner: StreamingBackend):
         self.inner, self.requests = inner, []
         self.uses_tokens = inner.uses_tokens
         self.tokenizer = getattr(inner, "tokenizer", None)
@@ -151,16 +156,33 @@ def pin_workers(pool: EnvPool, core: int) -> None:
         os.sched_setaffinity(pid, {core})
 
 
-def model_engine(cfg: Config, backend, tasks: list[str], workers: int, live: int, schedule: str, args):
+def model_engine(cfg: Config, backend, pool: EnvPool, live: int, schedule: str, args):
     sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
-    pool = EnvPool(env_factory(cfg.env), workers, cfg.env.step_timeout_s)
-    pin_workers(pool, args.env_core)
     engine = RolloutEngine(pool, backend, backend.tokenizer, sampling, cfg.policy.max_prompt_tokens, live,
                            max_trajectory_tokens=cfg.policy.max_trajectory_tokens, schedule=schedule)
     return engine, sampling
 
 
-def bench_model(cfg: Config, tasks: list[str], backend_name: str, model: str, args) -> list[dict]:
+def warm_pool(cfg: Config, workers: int, warm_task: str, args) -> EnvPool:
+    """A fresh pool on the env core whose workers have imported the env and loaded `warm_task` once.
+
+    Every measurement starts from one: an ALFWorld env instance keeps its last game loaded
+    and resets it again for free, so a pool that already played the benchmark's tasks
+    would time cache hits that depend on which instance each reset landed in.
+    """
+    pool = EnvPool(env_factory(cfg.env), workers, cfg.env.step_timeout_s)
+    pin_workers(pool, args.env_core)
+    keys = [f"warm{i}" for i in range(workers)]
+    replies = pool.call([EnvReset(k, warm_task, cfg.seed) for k in keys])  # least loaded: one per worker
+    failed = [r.error for r in replies if not r.ok]
+    if failed:
+        pool.close()
+        raise RuntimeError(f"warm-up reset failed: {failed[0]}")
+    pool.call([Finish(k) for k in keys])
+    return pool
+
+
+def bench_model(cfg: Config, tasks: list[str], warm_task: str, backend_name: str, model: str, args) -> list[dict]:
     """Pipelined and lockstep engine runs of one backend, each next to its two bounds."""
     from evoharness_rl.engines import make_backend
 
@@ -173,23 +195,27 @@ def bench_model(cfg: Config, tasks: list[str], backend_name: str, model: str, ar
     settings = episode_settings(cfg)
     results = []
     try:
+        warm_jobs = [EpisodeJob(warm_task, seed=cfg.seed)] * 2
         for schedule in ("pipelined", "lockstep"):
-            engine, sampling = model_engine(cfg, backend, tasks, cfg.env.num_workers, len(jobs), schedule, args)
-            with engine.pool:
-                engine.run(jobs[:2], settings)  # warm-up: envs, kernels, caches
-                stats, backend_s, env_s = None, float("inf"), float("inf")
-                for _ in range(args.repeats):  # best of: the machine may be shared
+            stats, backend_s, env_s = None, float("inf"), float("inf")
+            for _ in range(args.repeats):  # best of: the machine may be shared
+                # Each side alone and the engine start from a fresh pool (see warm_pool): every reset loads its game.
+                pool = warm_pool(cfg, cfg.env.num_workers, warm_task, args)
+                engine, sampling = model_engine(cfg, backend, pool, len(jobs), schedule, args)
+                with pool:
+                    engine.run(warm_jobs, settings)  # warm-up: kernels and caches of the backend
                     backend.requests = []
                     trajs = engine.run(jobs, settings)
-                    if stats is None or engine.stats.wall_s < stats.wall_s:
-                        stats = engine.stats
-                    requests = backend.requests
-                    start = time.perf_counter()
-                    for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
-                        backend.inner.generate(requests[i:i + len(jobs)], sampling)
-                    backend_s = min(backend_s, time.perf_counter() - start)
-                    actions = [env_actions(t) for t in trajs]
-                    env_s = min(env_s, replay_raw(engine.pool, jobs, actions))  # resets count even with no steps
+                if stats is None or engine.stats.wall_s < stats.wall_s:
+                    stats = engine.stats
+                requests = backend.requests
+                start = time.perf_counter()
+                for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
+                    backend.inner.generate(requests[i:i + len(jobs)], sampling)
+                backend_s = min(backend_s, time.perf_counter() - start)
+                actions = [env_actions(t) for t in trajs]
+                with warm_pool(cfg, cfg.env.num_workers, warm_task, args) as pool:
+                    env_s = min(env_s, replay_raw(pool, jobs, actions))  # resets count even with no steps
             steps = sum(len(a) for a in actions)
             results.append({
                 "backend": backend_name, "schedule": schedule, "turns": stats.turns, "env_steps": steps,
@@ -206,7 +232,7 @@ def bench_model(cfg: Config, tasks: list[str], backend_name: str, model: str, ar
     return results
 
 
-def bench_scaling(cfg: Config, tasks: list[str], model: str, args) -> list[dict]:
+def bench_scaling(cfg: Config, tasks: list[str], warm_task: str, model: str, args) -> list[dict]:
     """Pipelined hf engine throughput over workers x episodes per worker."""
     from evoharness_rl.engines import make_backend
 
@@ -220,9 +246,10 @@ def bench_scaling(cfg: Config, tasks: list[str], model: str, args) -> list[dict]
         for per_worker in (1, 2, 4):
             live = workers * per_worker
             jobs = [EpisodeJob(t, seed=cfg.seed) for t in (tasks * live)[: 2 * live]]  # two waves of episodes
-            engine, _ = model_engine(cfg, backend, tasks, workers, live, "pipelined", args)
-            with engine.pool:
-                engine.run(jobs[:1], episode_settings(cfg))
+            pool = warm_pool(cfg, workers, warm_task, args)
+            engine, _ = model_engine(cfg, backend, pool, live, "pipelined", args)
+            with pool:
+                engine.run([EpisodeJob(warm_task, seed=cfg.seed)], episode_settings(cfg))
                 engine.run(jobs, episode_settings(cfg))
             s = engine.stats
             rows.append({"workers": workers, "episodes_per_worker": per_worker, "episodes": len(jobs),
@@ -257,7 +284,8 @@ def main() -> None:
     os.sched_setaffinity(0, {args.backend_core})
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     cfg = bench_config(args)
-    tasks = task_ids(cfg)[: args.tasks]
+    tasks, warm_task = task_ids(cfg)
+    tasks = tasks[: args.tasks]
     names = args.backends.split(",")
     scripted = [bench_scripted(cfg, tasks, mode) for mode in ("env_only", "adaptive")] if "scripted" in names else []
     models = [n for n in names if n in ("hf", "vllm")]
@@ -274,7 +302,7 @@ def main() -> None:
               f"[{r['env_steps']} env + {r['harness_steps']} harness steps, success {r['success_rate']:.2f}]", flush=True)
     generated = []
     for name in models:
-        for r in bench_model(cfg, tasks, name, model, args):
+        for r in bench_model(cfg, tasks, warm_task, name, model, args):
             generated.append(r)
             env = f"{r['env_alone_steps_per_s']:7.1f}" if r["env_alone_steps_per_s"] else "    n/a"
             env += f" ({r['env_alone_s']:.1f} s with resets; backend alone {r['backend_alone_s']:.1f} s)"
@@ -282,7 +310,7 @@ def main() -> None:
                   f"{r['backend_alone_tokens_per_s']:7.1f} tok/s | env alone {env} steps/s | engine_vs_bound "
                   f"{r['engine_vs_bound']:.3f} (target >= 0.85)  [{r['turns']} turns, {r['env_steps']} env steps, "
                   f"generate {100 * r['generate_share']:.0f}% of engine wall]", flush=True)
-    scaling = bench_scaling(cfg, tasks, model, args) if args.scaling else []
+    scaling = bench_scaling(cfg, tasks, warm_task, model, args) if args.scaling else []
     for r in scaling:
         print(f"hf pipelined  {r['workers']} worker(s) x {r['episodes_per_worker']} episode(s): "
               f"{r['engine_tokens_per_s']:7.1f} tok/s, {r['turns_per_s']:6.2f} turns/s  [{r['turns']} turns]")
