@@ -226,18 +226,20 @@ class RolloutEngine:
         """Generate for the ready episodes while the env thread steps the others (module docstring)."""
         streaming = isinstance(self.backend, StreamingBackend) and self.backend.streams
         driver = _StreamDriver(self) if streaming else _BatchDriver(self)
-        envs = _EnvThread(self.pool)
+        envs = _EnvThread(self.pool, resets_in_flight=self.pool.num_workers)
         ready: deque[_Live] = deque()  # observation back, waiting for the backend
-        resetting = 0  # slots taken by resets not answered yet
+        resetting = 0  # slots taken by resets not answered yet (in flight or held back by the env thread)
         at_env = 0  # items (resets, steps) the workers have not answered yet
         try:
             while True:
                 free = self.max_live_episodes - len(live) - resetting
-                # One item per episode, so each starts as soon as its own reset is back; at most one reset in flight
-                # per worker, so a worker's queue never holds a slow reset ahead of running episodes' quick steps.
-                while queue and free > 0 and resetting < self.pool.num_workers:
+                # One item per episode, so each starts as soon as its own reset is back. The env thread keeps at most
+                # one reset per worker in flight, so a worker's queue never holds a slow reset ahead of running
+                # episodes' quick steps, and sends the next one the moment one is answered, so no worker idles
+                # while this thread generates.
+                while queue and free > 0:
                     batch = [queue.popleft()]
-                    envs.put(("reset", batch), self._reset_commands(batch, version))
+                    envs.put(("reset", batch), self._reset_commands(batch, version), reset=True)
                     resetting += 1
                     at_env += 1
                     free -= 1
@@ -545,15 +547,19 @@ class _EnvThread:
 
     POLL_S = 0.002  # while work is in flight, a new item waits at most this long to go out
 
-    def __init__(self, pool: BasePool):
+    def __init__(self, pool: BasePool, resets_in_flight: int = 1):
         self.pool = pool
+        self.resets_in_flight = resets_in_flight  # reset items sent and not answered, at most
+        self._held: deque = deque()  # reset items waiting for one of those places, in the order they were put
+        self._resetting: set[Pending] = set()  # the reset submissions in flight
         self._inbox: queues.SimpleQueue = queues.SimpleQueue()
         self._outbox: queues.SimpleQueue = queues.SimpleQueue()
         self._thread = threading.Thread(target=self._loop, name="evoharness-env", daemon=True)
         self._thread.start()
 
-    def put(self, tag: Any, commands: list[Any]) -> None:
-        self._inbox.put((tag, commands))
+    def put(self, tag: Any, commands: list[Any], reset: bool = False) -> None:
+        """Send `commands` (a `reset` item waits here while `resets_in_flight` others are unanswered)."""
+        self._inbox.put((tag, commands, reset))
 
     def take(self, block: bool) -> list[tuple[Any, list[Reply]]]:
         """Every answered item (at least one when `block`); re-raises the thread's error."""
@@ -594,12 +600,23 @@ class _EnvThread:
                 for item in items:
                     if item is None:
                         stopping = True
+                    elif item[2]:
+                        self._held.append(item)
                     else:
                         self.pool.submit(item[1], tag=item[0])
+                self._release_resets()
                 for pending in self.pool.answered(timeout=self.POLL_S):  # waits on the workers, not the inbox
+                    if pending in self._resetting:
+                        self._resetting.discard(pending)
+                        self._release_resets()  # before the main thread hears of it: the worker is free now
                     self._outbox.put((pending.tag, pending.replies))
         except BaseException as err:  # noqa: BLE001 - handed to the main thread, which raises it
             self._outbox.put(err)
+
+    def _release_resets(self) -> None:
+        while self._held and len(self._resetting) < self.resets_in_flight:
+            tag, commands, _ = self._held.popleft()
+            self._resetting.add(self.pool.submit(commands, tag=tag))
 
 
 class _BatchDriver:

@@ -26,7 +26,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Optional
 
-from evoharness_rl.envs.base import Environment, StepResult, Task
+from evoharness_rl.envs.base import Environment, StepResult
 from evoharness_rl.harness.protocol import (ActionKind, ParsedAction, compact_system_prompt, format_response,
                                             parse_response)
 from evoharness_rl.harness.schedule import REFUSAL, EpisodeSchedule, episode_key, load_schedule

@@ -11,8 +11,11 @@
         replies = pool.call([Step("a", response), Teacher("a", 0.5), Step("b", ...)])
 
 `call` sends every worker its share of the commands in one message, so the workers
-run in parallel; a worker runs its commands in order and answers each one as soon as
-it is done. Replies come back in the order of the commands. `submit` sends without
+run in parallel; a worker answers each command as soon as it is done. Replies come back
+in the order of the commands. A worker process runs resets (and whatever follows one
+for the same episode) on a lane of their own, so a slow game load never holds up another
+episode's harness verb or invalid action; environment calls still never overlap
+(`_worker_main`). `submit` sends without
 waiting, and submissions may overlap: `answered` hands back each one as soon as its own
 commands are answered (the pipelined rollout engine sends every episode's step as its
 own submission, so no episode waits for another's).
@@ -37,14 +40,18 @@ from __future__ import annotations
 
 import abc
 
+import concurrent.futures
 import contextlib
+import functools
+import itertools
 import multiprocessing as mp
 import os
 import pickle
+import queue
 import random
 import signal
+import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Optional
@@ -157,11 +164,55 @@ class Reply:
 # ------------------------------------------------------------------------------ worker
 
 
-class _WorkerState:
-    """Everything one worker process holds: live episodes and idle env instances."""
+class _EnvCalls:
+    """Runs calls on one thread of its own, one at a time, in the order they come, and waits for each.
 
-    def __init__(self, env_factory: Callable[[], Environment]):
+    A worker's environment calls all go through it (`_Served`): they never overlap, and they
+    all run on the same thread, which thread-bound libraries need (Playwright's sync API,
+    which the WebArena browser uses, works only on the thread that started it).
+    """
+
+    def __init__(self) -> None:
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="evoharness-env-calls")
+
+    def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._executor.submit(fn, *args).result()
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class _Served:
+    """An environment built, reset, stepped and closed through `_EnvCalls` (everything else is the env's own)."""
+
+    def __init__(self, env_factory: Callable[[], Environment], calls: _EnvCalls):
+        self._calls = calls
+        self._env = calls(env_factory)
+
+    def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:
+        return self._calls(self._env.reset, task_id, seed)
+
+    def step(self, action: str) -> StepResult:
+        return self._calls(self._env.step, action)
+
+    def close(self) -> None:
+        self._calls(self._env.close)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+class _WorkerState:
+    """Everything one worker process holds: live episodes and idle env instances.
+
+    With `env_calls`, every environment it builds is `_Served` by it, and the scripted
+    teacher (which may read the env's live state, e.g. a browser page) runs there too, so
+    commands may run on two threads (`_worker_main`) while the environments see one.
+    """
+
+    def __init__(self, env_factory: Callable[[], Environment], env_calls: Optional[_EnvCalls] = None):
         self.env_factory = env_factory
+        self.env_calls = env_calls
         self.idle_envs: list[Environment] = []
         self.episodes: dict[str, Episode] = {}
         self.raw_envs: dict[str, Environment] = {}
@@ -209,7 +260,8 @@ class _WorkerState:
         episode = self.episodes.get(cmd.key)
         if episode is None:  # finished by the step before it in the same batch
             return None
-        return episode.teacher_response(cmd.harness_rate, self.rngs[cmd.key], cmd.slip_rate)
+        respond = functools.partial(episode.teacher_response, cmd.harness_rate, self.rngs[cmd.key], cmd.slip_rate)
+        return respond() if self.env_calls is None else self.env_calls(respond)
 
     def _finish(self, cmd: Finish) -> Optional[Trajectory]:
         if cmd.key in self.raw_envs:
@@ -234,7 +286,9 @@ class _WorkerState:
     # helpers
 
     def _env(self) -> Environment:
-        return self.idle_envs.pop() if self.idle_envs else self.env_factory()
+        if self.idle_envs:
+            return self.idle_envs.pop()
+        return self.env_factory() if self.env_calls is None else _Served(self.env_factory, self.env_calls)
 
     def _episode(self, key: str) -> Episode:
         if key not in self.episodes:
@@ -272,10 +326,48 @@ class _WorkerState:
                 pass
 
 
+SLOW_OPS = ("reset", "env_reset", "experience")  # what a worker runs on its reset lane (`_worker_main`)
+
+
 def _worker_main(conn: Connection, env_factory: Callable[[], Environment]) -> None:
-    """Worker process: receive a batch of commands, answer each one as soon as it is done."""
+    """Worker process: receive batches of numbered commands, answer each one as soon as it is done.
+
+    Two lanes. Resets (an ALFWorld game load takes a good part of a second) run one after
+    another on a helper thread, in the order they came, and so does every later command
+    for an episode whose reset is still there, and each Experience snapshot (so a reset
+    reads the snapshot sent before it). Every other command runs at once on this thread:
+    a running episode's harness verb, invalid action or finish never waits for another
+    episode's reset. Environment calls never overlap and all run on one thread
+    (`_EnvCalls`: engines are not assumed thread-safe, and some are bound to a thread), so
+    an env step still waits for a game load in progress. Each reply carries its command's
+    sequence number: the lanes answer out of order.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it closes us
-    state = _WorkerState(env_factory)
+    env_calls = _EnvCalls()
+    state = _WorkerState(env_factory, env_calls)
+    sending, counting = threading.Lock(), threading.Lock()
+    laned: dict[str, int] = {}  # episode key -> its commands on the reset lane, not yet answered
+    lane: queue.SimpleQueue = queue.SimpleQueue()
+
+    def answer(seq: int, reply: Reply) -> None:
+        with sending:
+            try:
+                conn.send((seq, reply))
+            except (OSError, EOFError, BrokenPipeError):
+                pass  # the parent is gone; the main loop sees it too and stops
+
+    def reset_lane() -> None:
+        while (item := lane.get()) is not None:
+            seq, cmd = item
+            reply = state.handle(cmd)
+            with counting:  # the command is done: later ones for its episode may run on the main thread
+                laned[cmd.key] -= 1
+                if not laned[cmd.key]:
+                    del laned[cmd.key]
+            answer(seq, reply)
+
+    helper = threading.Thread(target=reset_lane, name="evoharness-env-resets", daemon=True)
+    helper.start()
     try:
         while True:
             try:
@@ -284,10 +376,20 @@ def _worker_main(conn: Connection, env_factory: Callable[[], Environment]) -> No
                 break
             if batch is None:
                 break
-            for cmd in batch:
-                conn.send(state.handle(cmd))
+            for seq, cmd in batch:
+                with counting:
+                    slow = cmd.op in SLOW_OPS or cmd.key in laned
+                    if slow:
+                        laned[cmd.key] = laned.get(cmd.key, 0) + 1
+                if slow:
+                    lane.put((seq, cmd))
+                else:
+                    answer(seq, state.handle(cmd))
     finally:
+        lane.put(None)
+        helper.join(JOIN_TIMEOUT_S)
         state.close()
+        env_calls.shutdown()
 
 
 # ------------------------------------------------------------------------------ parent
@@ -336,6 +438,11 @@ class _Worker:
 DEAD = None  # what `_wait` reports for a worker that died instead of answering
 
 
+def _oldest(queue: dict) -> Command:
+    """The command a worker has owed longest (what a silent or dead worker was most likely running)."""
+    return next(iter(queue.values()))[2]
+
+
 class BasePool(abc.ABC):
     """Routing and failure bookkeeping of an environment pool; subclasses carry the messages.
 
@@ -368,8 +475,10 @@ class BasePool(abc.ABC):
         self._lost: dict[str, str] = {}  # episode key -> why its worker was lost
         self._experience: tuple[int, bytes] = (0, b"")
         self.restarts = 0  # workers replaced after a crash or timeout
-        # per worker, what it was sent and has not answered yet, in order: (submission or None, position, command)
-        self._inflight: dict[int, deque[tuple[Optional[Pending], int, Command]]] = {}
+        # per worker, what it was sent and has not answered yet, by sequence number in the order it was sent:
+        # (submission or None, position, command). A worker may answer out of that order (`_worker_main`).
+        self._inflight: dict[int, dict[int, tuple[Optional[Pending], int, Command]]] = {}
+        self._sequence = itertools.count()
         self._heard: dict[int, float] = {}  # worker index -> when it last answered (or was sent work while idle)
         self._complete: list[Pending] = []  # answered submissions not yet handed out by `answered` or `collect`
         self._closed = False
@@ -489,17 +598,21 @@ class BasePool(abc.ABC):
 
     def _send(self, index: int, pending: Pending, batch: list[tuple[int, Command]]) -> None:
         worker = self._workers[index]
-        queue = self._inflight.setdefault(index, deque())
+        queue = self._inflight.setdefault(index, {})
         if not queue:
             self._heard[index] = time.monotonic()  # the silence timeout counts from now
-        commands = [cmd for _, cmd in batch]
+        entries: list[tuple[Optional[Pending], int, Command]] = list(
+            (pending, position, cmd) for position, cmd in batch)
         version, blob = self._experience
-        if version and worker.experience_version != version and any(isinstance(c, Reset) for c in commands):
-            commands.insert(0, _SetExperience("", version, blob))
-            queue.append((None, -1, commands[0]))
+        if version and worker.experience_version != version and any(isinstance(c, Reset) for _, _, c in entries):
+            entries.insert(0, (None, -1, _SetExperience("", version, blob)))
             worker.experience_version = version
-        queue.extend((pending, position, cmd) for position, cmd in batch)
-        self._transmit(index, commands)
+        numbered = []
+        for entry in entries:
+            seq = next(self._sequence)
+            queue[seq] = entry
+            numbered.append((seq, entry[2]))
+        self._transmit(index, numbered)
 
     def _resolve(self, pending: Pending, position: int, reply: Reply) -> None:
         pending.replies[position] = reply
@@ -515,14 +628,17 @@ class BasePool(abc.ABC):
             return
         until_silent = min(self._heard[i] for i in busy) + self.step_timeout_s - time.monotonic()
         wait_s = max(0.0, until_silent if timeout is None else min(timeout, until_silent))
-        for index, reply in self._wait(busy, wait_s):
+        for index, answer in self._wait(busy, wait_s):
             queue = self._inflight.get(index)
             if not queue:  # its worker was already failed in this round
                 continue
-            if reply is DEAD:
+            if answer is DEAD:
                 self._fail_worker(index, self._crash_reason(index, queue))
                 continue
-            pending, position, cmd = queue.popleft()
+            seq, reply = answer
+            if seq not in queue:  # sent to a worker that was failed and replaced since
+                continue
+            pending, position, cmd = queue.pop(seq)
             self._heard[index] = time.monotonic()
             if pending is not None:
                 self._forget_if_over(cmd, reply)
@@ -531,7 +647,7 @@ class BasePool(abc.ABC):
         for index in busy:
             queue = self._inflight.get(index)
             if queue and now - self._heard[index] > self.step_timeout_s:
-                cmd = queue[0][2]
+                cmd = _oldest(queue)
                 self._fail_worker(index, (
                     f"environment worker {index} gave no answer within env.step_timeout_s={self.step_timeout_s:g}s "
                     f"while running {cmd.op} for episode {cmd.key!r}; it was killed and replaced"))
@@ -542,10 +658,10 @@ class BasePool(abc.ABC):
         if over and cmd.key in self._home:
             self._workers[self._home.pop(cmd.key)].keys.discard(cmd.key)
 
-    def _crash_reason(self, index: int, queue: deque) -> str:
+    def _crash_reason(self, index: int, queue: dict) -> str:
         doing = ""
         if queue:
-            cmd = queue[0][2]
+            cmd = _oldest(queue)
             doing = f" while running {cmd.op} for episode {cmd.key!r}"
         return f"environment worker {index} crashed ({self._death(index)}){doing}; it was replaced"
 
@@ -556,10 +672,10 @@ class BasePool(abc.ABC):
         for key in worker.keys:
             self._lost[key] = reason
             self._home.pop(key, None)
-        owed = self._inflight.pop(index, deque())
+        owed = self._inflight.pop(index, {})
         self._workers[index] = self._start(index)
         self.restarts += 1
-        for pending, position, cmd in owed:
+        for pending, position, cmd in owed.values():
             if pending is not None:
                 self._resolve(pending, position, Reply(cmd.key, error=reason))
 
@@ -570,12 +686,14 @@ class BasePool(abc.ABC):
         """A new worker in slot `index`."""
 
     @abc.abstractmethod
-    def _transmit(self, index: int, commands: list[Command]) -> None:
-        """Send `commands` to worker `index`; a dead worker is noticed by `_wait`, not here."""
+    def _transmit(self, index: int, commands: list[tuple[int, Command]]) -> None:
+        """Send `commands` ((sequence number, command) pairs) to worker `index`; a dead worker is noticed by
+        `_wait`, not here."""
 
     @abc.abstractmethod
     def _wait(self, indices: list[int], timeout: float) -> list[tuple[int, Any]]:
-        """(worker index, Reply or DEAD) for what arrived from `indices` within `timeout` seconds, in order."""
+        """(worker index, (sequence number, Reply) or DEAD) for what arrived from `indices` within `timeout`
+        seconds, in the order each worker sent it."""
 
     @abc.abstractmethod
     def _death(self, index: int) -> str:
@@ -621,7 +739,7 @@ class EnvPool(BasePool):
         child.close()
         return _ProcessWorker(index, process=process, conn=parent)
 
-    def _transmit(self, index: int, commands: list[Command]) -> None:
+    def _transmit(self, index: int, commands: list[tuple[int, Command]]) -> None:
         try:
             self._workers[index].conn.send(commands)
         except (OSError, EOFError, BrokenPipeError):

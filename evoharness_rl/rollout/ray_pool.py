@@ -53,7 +53,8 @@ class _EnvActor:
 class _RayWorker(_Worker):
     actor: Any = None
     pid: int = 0
-    calls: list = field(default_factory=list)  # ObjectRefs of the commands sent and not yet answered, in order
+    calls: list = field(default_factory=list)  # (sequence number, ObjectRef) of the commands sent and not yet
+    # answered, in order (an actor runs its calls one at a time, in order)
     death: str = ""  # why the actor died (Ray's words), once it has
 
 
@@ -125,13 +126,13 @@ class RayEnvPool(BasePool):
         worker.pid = _ray().get(worker.actor.pid.remote())
         return worker
 
-    def _transmit(self, index: int, commands: list[Command]) -> None:
+    def _transmit(self, index: int, commands: list[tuple[int, Command]]) -> None:
         worker = self._workers[index]
-        worker.calls.extend(worker.actor.handle.remote(cmd) for cmd in commands)
+        worker.calls.extend((seq, worker.actor.handle.remote(cmd)) for seq, cmd in commands)
 
     def _wait(self, indices: list[int], timeout: float) -> list[tuple[int, Any]]:
         ray = _ray()
-        owner = {ref: i for i in indices for ref in self._workers[i].calls}
+        owner = {ref: i for i in indices for _, ref in self._workers[i].calls}
         if not owner:
             return []
         first, _ = ray.wait(list(owner), num_returns=1, timeout=timeout)
@@ -142,9 +143,10 @@ class RayEnvPool(BasePool):
         arrived = []
         for i in indices:
             calls = self._workers[i].calls
-            while calls and calls[0] in ready:
+            while calls and calls[0][1] in ready:
+                seq, ref = calls.pop(0)
                 try:
-                    arrived.append((i, ray.get(calls.pop(0))))
+                    arrived.append((i, (seq, ray.get(ref))))
                 except ray.exceptions.RayActorError as err:
                     self._workers[i].death = _death_detail(err)
                     arrived.append((i, DEAD))

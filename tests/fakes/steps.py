@@ -7,7 +7,8 @@ code in the integration tests.
 
 A task "<family>/<n>" is solved by the env actions "step 1", ..., "step n" in order.
 Task families starting with "crash", "segv", "hang" or "raise" misbehave on their
-first step (os._exit, SIGSEGV, sleep forever, exception) to test worker failures.
+first step (os._exit, SIGSEGV, sleep forever, exception) to test worker failures; a
+"loading" task takes LOADING_S seconds to reset, like a game load.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ SPEC = harness_spec(
     "{harness_views}",
 )
 FAMILIES = ("pick", "clean", "heat")
+LOADING_S = 3.0  # reset time of a "loading/<n>" task
 _INSTANCES = itertools.count(1)  # per process: tells tests whether env instances are reused
 
 
@@ -55,6 +57,8 @@ class FakeEnv(Environment):
 
     def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:
         family, n = task_id.split("/")
+        if family == "loading":
+            time.sleep(LOADING_S)
         self.task = Task(task_id=task_id, family=family, objective=f"do {n} steps", split="valid")
         self.progress, self.needed = 0, int(n)
         return self.task, self._result("You are at the start.")

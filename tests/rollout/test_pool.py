@@ -9,6 +9,7 @@ import time
 import pytest
 
 from evoharness_rl.rollout.pool import EnvPool, EnvReset, EnvStep, Finish, Reset, Step, Teacher
+from tests.fakes.steps import LOADING_S
 
 
 class CountingExperience:
@@ -115,6 +116,26 @@ def test_silent_worker_is_killed_after_step_timeout(fake_factory, settings, new_
         assert "no answer within env.step_timeout_s=1.5s" in out["stuck"]
         assert out["fine"].won
         assert pool.restarts == 1
+
+
+def test_a_reset_does_not_hold_up_other_episodes_harness_and_invalid_turns(fake_factory, settings):
+    """One worker: while it loads a game for "new", "old"'s invalid action and harness verb are answered;
+    its env action waits for the load (environment calls never overlap)."""
+    with EnvPool(fake_factory(), num_workers=1, step_timeout_s=30) as pool:
+        pool.call([Reset("old", "pick/3", 0, settings)])
+        start = time.monotonic()
+        loading = pool.submit([Reset("new", "loading/1", 0, settings)])
+        time.sleep(0.5)  # the load is under way
+        quick = pool.submit([Step("old", "no tags at all"), Step("old", "<action>track [where am I]</action>")])
+        env_step = pool.submit([Step("old", "<action>step 1</action>")])
+        invalid, harness = pool.collect(quick)
+        assert time.monotonic() - start < LOADING_S / 2 and not loading.done
+        assert invalid.value.turn.action_kind == "invalid" and harness.value.turn.action_kind == "harness"
+        assert pool.collect(env_step)[0].value.turn.action_kind == "env"
+        assert time.monotonic() - start >= LOADING_S  # the env step waited for the game load
+        assert pool.collect(loading)[0].ok
+        out = _play(pool, ["old", "new"])
+        assert out["old"].won and out["new"].won
 
 
 def test_exception_in_env_fails_only_that_episode(fake_factory, settings):
