@@ -22,7 +22,9 @@ thread count.
      commands; `env_alone_s` its wall time: resets count even when no action reached the env);
    - `engine_vs_bound` = max(backend-alone wall, env-alone wall) / engine wall (target
      >= 0.85): 1.0 means the engine costs no more than its slower side alone.
-   Each is the best of `--repeats` measurements (the machine may be shared). A model
+   Each is the best of `--repeats` measurements (the machine may be shared), and each
+   engine run and env-alone replay starts from a fresh pool warmed on a task outside the
+   benchmark (`warm_pool`), so every reset loads its game. A model
    that has not been trained answers mostly with unparsable actions, which cost a turn
    but no env step: pass an SFT checkpoint as `--model` for a realistic env share.
 3. Scaling (`--scaling`, hf, pipelined): engine throughput with 1 and 2 workers and 1, 2
@@ -173,7 +175,7 @@ def warm_pool(cfg: Config, workers: int, warm_task: str, args) -> EnvPool:
     pool = EnvPool(env_factory(cfg.env), workers, cfg.env.step_timeout_s)
     pin_workers(pool, args.env_core)
     keys = [f"warm{i}" for i in range(workers)]
-    replies = pool.call([EnvReset(k, warm_task, cfg.seed) for k in keys])  # least loaded: one per worker
+    replies = pool.call([EnvReset(k, warm_task, cfg.seed) for k in keys])  # one per worker
     failed = [r.error for r in replies if not r.ok]
     if failed:
         pool.close()

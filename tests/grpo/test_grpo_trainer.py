@@ -243,9 +243,11 @@ def test_sigkill_mid_update_then_resume_matches_uninterrupted_run(warm_model_dir
     assert a.keys() == b.keys() and _changed(_weights(warm_model_dir), a)
     for name in a:
         # The same samples (per-request seeds), but the pipelined engine batches whatever is ready, so the sampling
-        # logprobs (the PPO ratio's denominator) carry float noise of different batch shapes: ~1e-6 after 3 updates.
-        # A resume that replayed other samples or lost the optimizer state would differ by the size of an update.
-        torch.testing.assert_close(b[name], a[name], atol=2e-5, rtol=1e-4)
+        # logprobs (the PPO ratio's denominator) carry float noise of different batch shapes: ~1e-6 after 3 updates
+        # on most elements, and Adam (m / sqrt(v)) magnifies it where a gradient is near zero: 3.3e-5 was seen on
+        # one element of 49,152. A resume that replayed other samples or lost the optimizer state would differ by
+        # the size of an update (learning rate 1e-3), five times this tolerance.
+        torch.testing.assert_close(b[name], a[name], atol=2e-4, rtol=1e-4)
     rows_a, rows_b = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "killed")
     assert [r["update"] for r in rows_b] == [0, 1, 2]  # the interrupted update's lines were rolled back
     for key in ("lambda_div", "reward/total", "success_rate"):
