@@ -233,10 +233,9 @@ class RolloutEngine:
         try:
             while True:
                 free = self.max_live_episodes - len(live) - resetting
-                # One item per episode, so each starts as soon as its own reset is back. The env thread keeps at most
-                # one reset per worker in flight, so a worker's queue never holds a slow reset ahead of running
-                # episodes' quick steps, and sends the next one the moment one is answered, so no worker idles
-                # while this thread generates.
+                # One item per episode, so each starts as soon as its own reset is back. The env thread keeps as many
+                # resets in flight as there are workers (a worker answers quick turns beside its reset: pool.py) and
+                # sends the next one the moment one is answered, so no worker idles while this thread generates.
                 while queue and free > 0:
                     batch = [queue.popleft()]
                     envs.put(("reset", batch), self._reset_commands(batch, version), reset=True)

@@ -20,8 +20,8 @@ waiting, and submissions may overlap: `answered` hands back each one as soon as 
 commands are answered (the pipelined rollout engine sends every episode's step as its
 own submission, so no episode waits for another's).
 
-Episodes live in the worker chosen at `Reset` (the fewest resets to answer, then the
-fewest episodes) until `Finish` or the end of the episode. A worker keeps its
+Episodes live in the worker chosen at `Reset` (the one with the fewest episodes) until
+`Finish` or the end of the episode. A worker keeps its
 environment instances and reuses them for later episodes (an ALFWorld game load is the
 expensive part, not the env object).
 
@@ -586,9 +586,7 @@ class BasePool(abc.ABC):
             if isinstance(cmd, Reset) and cmd.experience_version not in (0, self._experience[0]):
                 raise ValueError(f"Reset uses experience version {cmd.experience_version}; "
                                  f"the current one is {self._experience[0]} (see set_experience)")
-            # The worker with the fewest resets still to answer (its reset lane is the shortest), then the fewest
-            # episodes.
-            index = min(range(self.num_workers), key=lambda i: (self._resets_owed(i), len(self._workers[i].keys)))
+            index = min(range(self.num_workers), key=lambda i: len(self._workers[i].keys))
             self._home[cmd.key] = index
             self._workers[index].keys.add(cmd.key)
             self._lost.pop(cmd.key, None)
@@ -598,9 +596,6 @@ class BasePool(abc.ABC):
         if cmd.key in self._lost:
             return None
         raise KeyError(f"{type(cmd).__name__} for episode {cmd.key!r}, which was never reset in this pool")
-
-    def _resets_owed(self, index: int) -> int:
-        return sum(isinstance(cmd, (Reset, EnvReset)) for _, _, cmd in self._inflight.get(index, {}).values())
 
     def _send(self, index: int, pending: Pending, batch: list[tuple[int, Command]]) -> None:
         worker = self._workers[index]
