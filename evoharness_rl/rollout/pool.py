@@ -21,9 +21,8 @@ commands are answered (the pipelined rollout engine sends every episode's step a
 own submission, so no episode waits for another's).
 
 Episodes live in the worker chosen at `Reset` (the one with the fewest episodes) until
-`Finish` or the end of the episode. A worker keeps its
-environment instances and reuses them for later episodes (an ALFWorld game load is the
-expensive part, not the env object).
+`Finish` or the end of the episode. A worker keeps its environment instances and reuses
+them for later episodes (an ALFWorld game load is the expensive part, not the env object).
 
 Failures never stop the run:
 - a command that raises in the worker fails that episode only (its env is discarded);
