@@ -21,7 +21,9 @@ thread count.
    - `env_alone_steps_per_s`: the pool alone on the same resets and env actions (raw
      commands; `env_alone_s` its wall time: resets count even when no action reached the env);
    - `engine_vs_bound` = max(backend-alone wall, env-alone wall) / engine wall (target
-     >= 0.85): 1.0 means the engine costs no more than its slower side alone.
+     >= 0.85): 1.0 means the engine costs no more than its slower side alone;
+   - `last_reset_s`: when the engine's last reset was answered; `tail_s` = engine wall
+     minus that: the last episodes' turns, with no reset left to overlap them.
    Each is the best of `--repeats` measurements (the machine may be shared), and each
    engine run and env-alone replay starts from a fresh pool warmed on a task outside the
    benchmark (`warm_pool`), so every reset loads its game. A model
@@ -228,6 +230,7 @@ def bench_model(cfg: Config, tasks: list[str], warm_task: str, backend_name: str
                 "env_alone_s": env_s, "backend_alone_s": backend_s,
                 "engine_vs_bound": max(backend_s, env_s) / stats.wall_s,
                 "generate_share": stats.generate_s / stats.wall_s,
+                "last_reset_s": stats.last_reset_s, "tail_s": stats.wall_s - stats.last_reset_s,
             })
     finally:
         backend.release()
@@ -311,7 +314,8 @@ def main() -> None:
             print(f"{r['backend']:<5} {r['schedule']:<9} engine {r['engine_tokens_per_s']:7.1f} tok/s | backend alone "
                   f"{r['backend_alone_tokens_per_s']:7.1f} tok/s | env alone {env} steps/s | engine_vs_bound "
                   f"{r['engine_vs_bound']:.3f} (target >= 0.85)  [{r['turns']} turns, {r['env_steps']} env steps, "
-                  f"generate {100 * r['generate_share']:.0f}% of engine wall]", flush=True)
+                  f"generate {100 * r['generate_share']:.0f}% of engine wall; last reset answered at "
+                  f"{r['last_reset_s']:.2f} s of {r['engine_wall_s']:.2f} s]", flush=True)
     scaling = bench_scaling(cfg, tasks, warm_task, model, args) if args.scaling else []
     for r in scaling:
         print(f"hf pipelined  {r['workers']} worker(s) x {r['episodes_per_worker']} episode(s): "

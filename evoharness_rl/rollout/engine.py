@@ -105,6 +105,7 @@ class RolloutStats:
     generate_s: float = 0.0  # time inside backend.generate
     env_s: float = 0.0  # time waiting for the environment workers (resets overlapping generation are not counted)
     wall_s: float = 0.0
+    last_reset_s: float = 0.0  # from the start of the run to the last reset answered (what follows is the tail)
 
 
 @dataclass
@@ -181,7 +182,7 @@ class RolloutEngine:
         called as soon as job i is over (eval writes its record there); `update_index`
         is the GRPO update u used by the reward's diversity schedule.
         """
-        start = time.monotonic()
+        start = self._start = time.monotonic()
         self.stats = RolloutStats(episodes=len(jobs))
         self._settings, self._on_finish, self._update_index = settings, on_finish, update_index
         self._results: list[Optional[Trajectory]] = [None] * len(jobs)
@@ -302,6 +303,7 @@ class RolloutEngine:
     def _admit_replies(self, batch: list, replies: list[Reply], live: dict[str, _Live]) -> list[_Live]:
         """Start the episodes whose reset succeeded (returned, in `batch` order); record the failed ones."""
         started = []
+        self.stats.last_reset_s = time.monotonic() - self._start
         stride = 2 if self._needs_teacher else 1
         for n, (index, key, job) in enumerate(batch):
             reply = replies[n * stride]

@@ -31,6 +31,7 @@ def test_scripted_episodes_finish_in_job_order(pool, context):
     assert max(backend.batch_sizes) <= 3  # never more than max_live_episodes in flight
     assert sum(backend.batch_sizes) == sum(t.steps for t in trajs)  # one request per turn
     assert engine.stats.turns == sum(t.steps for t in trajs) and engine.stats.errors == 0
+    assert 0 < engine.stats.last_reset_s < engine.stats.wall_s  # the last episode still played its turns after it
     first = trajs[0].turns[0]
     if context == "per_turn":
         assert [m["role"] for m in first.messages] == ["system", "user"]
