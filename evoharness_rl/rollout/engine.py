@@ -182,7 +182,7 @@ class RolloutEngine:
         called as soon as job i is over (eval writes its record there); `update_index`
         is the GRPO update u used by the reward's diversity schedule.
         """
-        start = self._start = time.monotonic()
+        self._start = time.monotonic()
         self.stats = RolloutStats(episodes=len(jobs))
         self._settings, self._on_finish, self._update_index = settings, on_finish, update_index
         self._results: list[Optional[Trajectory]] = [None] * len(jobs)
@@ -199,7 +199,7 @@ class RolloutEngine:
         finally:
             self._abandon(live)
             self._bar.close()
-            self.stats.wall_s = time.monotonic() - start
+            self.stats.wall_s = time.monotonic() - self._start
         return self._results  # type: ignore[return-value]
 
     def close(self) -> None:
