@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional
 
 from evoharness_rl.envs.base import Environment
 from evoharness_rl.errors import UserError
-from evoharness_rl.rollout.pool import DEAD, WORKER_HASH_SEED, BasePool, Command, Reply, _Worker, _WorkerState
+from evoharness_rl.rollout.pool import (DEAD, WORKER_HASH_SEED, BasePool, Command, Reply, _Worker, _WorkerState,
+                                        prepare_worker_process)
 
 CONNECT_TIMEOUT_S = 5.0  # how long a TCP probe of env.ray_address may take before the address counts as unreachable
 
@@ -37,6 +38,7 @@ class _EnvActor:
     """One Ray actor: the same worker state a worker process holds."""
 
     def __init__(self, env_factory: Callable[[], Environment]):
+        prepare_worker_process()
         self.state = _WorkerState(env_factory)
 
     def pid(self) -> int:

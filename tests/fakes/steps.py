@@ -13,6 +13,7 @@ first step (os._exit, SIGSEGV, sleep forever, exception) to test worker failures
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import itertools
@@ -88,7 +89,8 @@ class FakeEnv(Environment):
 
     def _result(self, text: str, done: bool = False, won: bool = False, invalid: bool = False) -> StepResult:
         actions = [f"step {self.progress + 1}", "look"] if not done else []
-        info = {"instance": self.instance, "hash": hash("evoharness")}  # hash: which PYTHONHASHSEED the worker has
+        # hash: which PYTHONHASHSEED the worker has; gc: its garbage-collector thresholds
+        info = {"instance": self.instance, "hash": hash("evoharness"), "gc": gc.get_threshold()}
         return StepResult(text, actions, done=done, won=won, score=float(won), invalid=invalid, info=info)
 
     def make_belief(self) -> Belief:

@@ -4,11 +4,12 @@ The failure tests run on both pools (`new_pool`: env.pool=process and env.pool=r
 
 from __future__ import annotations
 
+import gc
 import time
 
 import pytest
 
-from evoharness_rl.rollout.pool import EnvPool, EnvReset, EnvStep, Finish, Reset, Step, Teacher
+from evoharness_rl.rollout.pool import WORKER_GC_THRESHOLD, EnvPool, EnvReset, EnvStep, Finish, Reset, Step, Teacher
 from tests.fakes.steps import LOADING_S
 
 
@@ -187,3 +188,12 @@ def test_workers_have_a_fixed_hash_seed(fake_factory, new_pool):
     with new_pool(fake_factory(), num_workers=2, step_timeout_s=30) as pool:
         replies = pool.call([EnvReset("a", "pick/1"), EnvReset("b", "pick/1")])
     assert {str(r.value[1].info["hash"]) for r in replies} == {expected}
+
+
+def test_workers_collect_garbage_less_often(fake_factory, new_pool):
+    """A game load allocates so many objects that default GC thresholds cost 12-15% of it (prepare_worker_process)."""
+    with new_pool(fake_factory(), num_workers=2, step_timeout_s=30) as pool:
+        replies = pool.call([EnvReset("a", "pick/1"), EnvReset("b", "pick/1")])
+    assert {tuple(r.value[1].info["gc"]) for r in replies} == {WORKER_GC_THRESHOLD}
+    assert WORKER_GC_THRESHOLD[0] > gc.get_threshold()[0]  # the test process keeps Python's defaults
+
