@@ -110,6 +110,36 @@ def test_sampling_never_repeats_and_is_reproducible_from_the_seed(hf_model, toke
     assert [c.completion_ids for c in other] != first
 
 
+def test_batched_draws_are_torch_multinomial_token_for_token():
+    """`_draw` keeps every recorded sampled run: the same token as one torch.multinomial call per row, from the
+    same generators (flat, peaked and nucleus-cut distributions; greedy rows among sampled ones)."""
+    from evoharness_rl.engines.hf import _draw
+
+    shapes = torch.Generator().manual_seed(0)
+    for trial in range(300):
+        logits = torch.randn(6, 3503, generator=shapes) * (trial % 9)
+        if trial % 3 == 0:  # top-p cut: most of the vocabulary has probability 0
+            logits[:, 40:] = float("-inf")
+        probs = torch.softmax(logits, dim=-1)
+        seeds = [trial * 10 + row for row in range(6)]
+        greedy = {trial % 6} if trial % 2 else set()
+        generators = [None if row in greedy else torch.Generator().manual_seed(seed) for row, seed in enumerate(seeds)]
+        drawn = _draw(probs, generators)
+        expected = [probs[row].argmax().item() if row in greedy
+                    else torch.multinomial(probs[row], 1, generator=torch.Generator().manual_seed(seed)).item()
+                    for row, seed in enumerate(seeds)]
+        assert drawn.tolist() == expected, trial
+
+
+def test_non_finite_probabilities_are_an_error_not_a_token():
+    from evoharness_rl.engines.hf import _draw
+
+    probs = torch.softmax(torch.randn(2, 10), dim=-1)
+    probs[1, 3] = float("nan")
+    with pytest.raises(RuntimeError, match="inf, nan or negative"):
+        _draw(probs, [torch.Generator().manual_seed(0), None])
+
+
 def test_sampling_leaves_the_global_torch_generator_alone(backend, tokenizer):
     torch.manual_seed(123)
     expected = torch.rand(3)
@@ -118,13 +148,25 @@ def test_sampling_leaves_the_global_torch_generator_alone(backend, tokenizer):
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_training_mode_is_restored(hf_model, tokenizer):
+def test_training_mode_is_restored_and_an_eval_model_is_left_alone(hf_model, tokenizer, monkeypatch):
+    modes = []  # the model's mode at each forward
+    hook = hf_model.register_forward_pre_hook(lambda module, args: modes.append(module.training))
     backend = HFBackend(hf_model, tokenizer)
     hf_model.train()
     try:
         backend.generate(_requests(make_prompts(tokenizer, 1)), SamplingSettings(max_new_tokens=2))
         assert hf_model.training
+        assert modes and not any(modes), "a training model decodes in eval mode (no dropout)"
+        hf_model.eval()
+        switches = []  # an eval model is never switched: walking every module costs a tenth of a step
+        monkeypatch.setattr(hf_model, "train", lambda mode=True: switches.append(mode))
+        backend.submit(_requests(make_prompts(tokenizer, 1))[0], SamplingSettings(max_new_tokens=3))
+        while not backend.poll():
+            pass
+        assert switches == [] and not any(modes)
     finally:
+        hook.remove()
+        monkeypatch.undo()
         hf_model.eval()
 
 
