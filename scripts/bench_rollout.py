@@ -1,7 +1,12 @@
 """Rollout-engine overhead: harness/parsing/prompts vs the raw env pool, and the engine vs its bound.
 
     python scripts/bench_rollout.py --json bench_rollout.json       # ALFWorld, scripted + hf + vllm
+    python scripts/bench_rollout.py --backends hf,vllm --no-scaling --tasks 16 --samples 1   # 16 single episodes
     python scripts/bench_rollout.py --env webshop --backends scripted,hf
+
+The work is one GRPO update's rollouts as `make demo` plays them: `--tasks` tasks (8) x
+`--samples` episodes each (4, the group), every episode in flight at once, each sample
+sampling on its own seed.
 
 The script pins itself: the backend (this process) on `--backend-core`, the environment
 workers on `--env-core` (default cores 0 and 1), so what is measured is overlap, not
@@ -16,7 +21,7 @@ thread count.
    dir), each with the `pipelined` schedule and, for comparison, `lockstep`:
    - `engine_tokens_per_s`: generated tokens / wall time of `engine.run`;
    - `backend_alone_tokens_per_s`: the backend alone on the same requests (recorded from
-     the engine, each with its own seed), at most `--tasks` at a time -- the most the
+     the engine, each with its own seed), at most one per episode at a time -- the most the
      engine can have in flight;
    - `env_alone_steps_per_s`: the pool alone on the same resets and env actions (raw
      commands; `env_alone_s` its wall time: resets count even when no action reached the env);
@@ -24,11 +29,16 @@ thread count.
      >= 0.85): 1.0 means the engine costs no more than its slower side alone;
    - `last_reset_s`: when the engine's last reset was answered; `tail_s` = engine wall
      minus that: the last episodes' turns, with no reset left to overlap them.
-   Each is the best of `--repeats` measurements (the machine may be shared), and each
-   engine run and env-alone replay starts from a fresh pool warmed on a task outside the
-   benchmark (`warm_pool`), so every reset loads its game. A model
-   that has not been trained answers mostly with unparsable actions, which cost a turn
-   but no env step: pass an SFT checkpoint as `--model` for a realistic env share.
+   The engine run and its two bounds are measured back to back, `--repeats` rounds (both
+   schedules in each round, one after the other), and each schedule's row is its median
+   round by `engine_vs_bound`, with every round's ratio in `engine_vs_bound_rounds` and
+   its timings in `rounds`: the machine's speed drifts (the same 16 game loads took 3.1 to
+   5.7 s on different runs), and a ratio of two measurements taken together is steadier
+   than a ratio of two best-ofs taken apart. Each engine run and env-alone replay starts
+   from a fresh pool warmed on a task outside the benchmark (`warm_pool`), so every reset
+   loads its game. A model that has not been trained answers mostly with unparsable
+   actions, which cost a turn but no env step: pass an SFT checkpoint as `--model` for a
+   realistic env share.
 3. Scaling (`--scaling`, hf, pipelined): engine throughput with 1 and 2 workers and 1, 2
    and 4 episodes per worker.
 """
@@ -45,7 +55,7 @@ from pathlib import Path
 from evoharness_rl.config import Config
 from evoharness_rl.engines.base import SamplingSettings, StreamingBackend
 from evoharness_rl.envs import env_factory, make_env
-from evoharness_rl.rollout.engine import EpisodeJob, RolloutEngine, episode_settings
+from evoharness_rl.rollout.engine import SCHEDULES, EpisodeJob, RolloutEngine, episode_settings
 from evoharness_rl.rollout.pool import EnvPool, EnvReset, EnvStep, Finish
 from evoharness_rl.runlog import set_progress
 
@@ -55,7 +65,7 @@ def bench_config(args) -> Config:
     cfg.env.name = args.env
     cfg.env.data_dir = str(Path(args.data_dir) / args.env)
     cfg.env.num_workers = args.workers
-    cfg.env.max_live_episodes = args.tasks
+    cfg.env.max_live_episodes = args.tasks * args.samples
     if args.env == "alfworld":
         cfg.env.alfworld = replace(cfg.env.alfworld, size=args.size, train_games=1, valid_seen_games=args.tasks,
                                    valid_unseen_games=1, generator_seed=args.seed)
@@ -76,6 +86,12 @@ def task_ids(cfg: Config) -> tuple[list[str], str]:
 
 
 # ----------------------------------------------------------------------------- scripted
+
+
+def model_jobs(cfg: Config, tasks: list[str], args) -> list[EpisodeJob]:
+    """`--samples` episodes of each task, as a GRPO update plays its groups (each sample samples on its own seed)."""
+    return [EpisodeJob(t, seed=cfg.seed, group=g, sample=k) for g, t in enumerate(tasks) for k in range(args.samples)]
+
 
 
 def env_actions(trajectory) -> list[str]:
@@ -99,11 +115,10 @@ def replay_raw(pool: EnvPool, jobs: list[EpisodeJob], actions: list[list[str]]) 
     return elapsed
 
 
-def bench_scripted(cfg: Config, tasks: list[str], mode: str) -> dict:
+def bench_scripted(cfg: Config, jobs: list[EpisodeJob], mode: str) -> dict:
     from evoharness_rl.engines.scripted import ScriptedBackend
 
     cfg = replace(cfg, harness=replace(cfg.harness, mode=mode))
-    jobs = [EpisodeJob(t, seed=cfg.seed) for t in tasks]
     settings = episode_settings(cfg, train=False)
     pool = EnvPool(env_factory(cfg.env), cfg.env.num_workers, cfg.env.step_timeout_s)
     engine = RolloutEngine(pool, ScriptedBackend(), max_live_episodes=len(jobs), harness_rate=cfg.policy.harness_rate)
@@ -156,8 +171,11 @@ class Recording(StreamingBackend):
 
 
 def pin_workers(pool: EnvPool, core: int) -> None:
+    """Every thread of every worker onto `core` (a thread keeps the affinity it started with, and a worker may
+    have started its reset lane before this runs)."""
     for pid in pool.worker_pids():
-        os.sched_setaffinity(pid, {core})
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            os.sched_setaffinity(int(thread), {core})
 
 
 def model_engine(cfg: Config, backend, pool: EnvPool, live: int, schedule: str, args):
@@ -186,54 +204,64 @@ def warm_pool(cfg: Config, workers: int, warm_task: str, args) -> EnvPool:
     return pool
 
 
-def bench_model(cfg: Config, tasks: list[str], warm_task: str, backend_name: str, model: str, args) -> list[dict]:
-    """Pipelined and lockstep engine runs of one backend, each next to its two bounds."""
+def measure(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: str, schedule: str, args) -> dict:
+    """One engine run and, right after it, its two bounds on the same work (each from a fresh pool)."""
+    settings = episode_settings(cfg)
+    pool = warm_pool(cfg, cfg.env.num_workers, warm_task, args)
+    engine, sampling = model_engine(cfg, backend, pool, len(jobs), schedule, args)
+    with pool:
+        engine.run([EpisodeJob(warm_task, seed=cfg.seed)] * 2, settings)  # warm-up: kernels and caches of the backend
+        backend.requests = []
+        trajs = engine.run(jobs, settings)
+    stats, requests = engine.stats, backend.requests
+    start = time.perf_counter()
+    for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
+        backend.inner.generate(requests[i:i + len(jobs)], sampling)
+    backend_s = time.perf_counter() - start
+    actions = [env_actions(t) for t in trajs]
+    with warm_pool(cfg, cfg.env.num_workers, warm_task, args) as pool:
+        env_s = replay_raw(pool, jobs, actions)  # resets count even with no steps
+    steps = sum(len(a) for a in actions)
+    return {
+        "schedule": schedule, "turns": stats.turns, "env_steps": steps,
+        "generated_tokens": stats.generated_tokens, "engine_wall_s": stats.wall_s,
+        "engine_tokens_per_s": stats.generated_tokens / stats.wall_s,
+        "backend_alone_tokens_per_s": stats.generated_tokens / backend_s,
+        "env_alone_steps_per_s": steps / env_s if steps else None,
+        "env_alone_s": env_s, "backend_alone_s": backend_s,
+        "engine_vs_bound": max(backend_s, env_s) / stats.wall_s,
+        "generate_share": stats.generate_s / stats.wall_s,
+        "last_reset_s": stats.last_reset_s, "tail_s": stats.wall_s - stats.last_reset_s,
+    }
+
+
+ROUND_KEYS = ("engine_wall_s", "backend_alone_s", "env_alone_s", "last_reset_s")  # kept for every round
+
+
+def bench_model(cfg: Config, jobs: list[EpisodeJob], warm_task: str, backend_name: str, model: str, args
+                ) -> list[dict]:
+    """Pipelined and lockstep engine runs of one backend next to their bounds: `--repeats` rounds, the two
+    schedules one after the other in each; a schedule's row is its median round, with every round's ratio."""
     from evoharness_rl.engines import make_backend
 
     cfg = replace(cfg, policy=replace(cfg.policy, backend=backend_name, max_new_tokens=args.max_new_tokens,
-                                      temperature=1.0, top_p=1.0, batch_size=args.tasks),
+                                      temperature=1.0, top_p=1.0, batch_size=len(jobs)),
                   model=replace(cfg.model, path=model, dtype="float32"))
     cfg.env.max_steps_eval = args.model_steps
     backend = Recording(make_backend(cfg))
-    jobs = [EpisodeJob(t, seed=cfg.seed) for t in tasks]
-    settings = episode_settings(cfg)
-    results = []
+    rounds: dict[str, list[dict]] = {schedule: [] for schedule in SCHEDULES}
     try:
-        warm_jobs = [EpisodeJob(warm_task, seed=cfg.seed)] * 2
-        for schedule in ("pipelined", "lockstep"):
-            stats, backend_s, env_s = None, float("inf"), float("inf")
-            for _ in range(args.repeats):  # best of: the machine may be shared
-                # Each side alone and the engine start from a fresh pool (see warm_pool): every reset loads its game.
-                pool = warm_pool(cfg, cfg.env.num_workers, warm_task, args)
-                engine, sampling = model_engine(cfg, backend, pool, len(jobs), schedule, args)
-                with pool:
-                    engine.run(warm_jobs, settings)  # warm-up: kernels and caches of the backend
-                    backend.requests = []
-                    trajs = engine.run(jobs, settings)
-                if stats is None or engine.stats.wall_s < stats.wall_s:
-                    stats = engine.stats
-                requests = backend.requests
-                start = time.perf_counter()
-                for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
-                    backend.inner.generate(requests[i:i + len(jobs)], sampling)
-                backend_s = min(backend_s, time.perf_counter() - start)
-                actions = [env_actions(t) for t in trajs]
-                with warm_pool(cfg, cfg.env.num_workers, warm_task, args) as pool:
-                    env_s = min(env_s, replay_raw(pool, jobs, actions))  # resets count even with no steps
-            steps = sum(len(a) for a in actions)
-            results.append({
-                "backend": backend_name, "schedule": schedule, "turns": stats.turns, "env_steps": steps,
-                "generated_tokens": stats.generated_tokens, "engine_wall_s": stats.wall_s,
-                "engine_tokens_per_s": stats.generated_tokens / stats.wall_s,
-                "backend_alone_tokens_per_s": stats.generated_tokens / backend_s,
-                "env_alone_steps_per_s": steps / env_s if steps else None,
-                "env_alone_s": env_s, "backend_alone_s": backend_s,
-                "engine_vs_bound": max(backend_s, env_s) / stats.wall_s,
-                "generate_share": stats.generate_s / stats.wall_s,
-                "last_reset_s": stats.last_reset_s, "tail_s": stats.wall_s - stats.last_reset_s,
-            })
+        for _ in range(args.repeats):
+            for schedule in SCHEDULES:
+                rounds[schedule].append(measure(cfg, backend, jobs, warm_task, schedule, args))
     finally:
         backend.release()
+    results = []
+    for schedule, runs in rounds.items():
+        row = sorted(runs, key=lambda r: r["engine_vs_bound"])[(len(runs) - 1) // 2]  # the median round (lower one)
+        results.append({"backend": backend_name, **row,
+                        "engine_vs_bound_rounds": [r["engine_vs_bound"] for r in runs],
+                        "rounds": [{k: r[k] for k in ROUND_KEYS} for r in runs]})
     return results
 
 
@@ -266,11 +294,17 @@ def bench_scaling(cfg: Config, tasks: list[str], warm_task: str, model: str, arg
 # --------------------------------------------------------------------------------- main
 
 
+def spread(values: list[float]) -> str:
+    return f"{min(values):.3f}-{max(values):.3f}" if len(values) > 1 else f"{values[0]:.3f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--env", default="alfworld", choices=("alfworld", "webshop"))
     parser.add_argument("--size", default="small", help="ALFWorld game size")
-    parser.add_argument("--tasks", type=int, default=16, help="episodes played at once")
+    parser.add_argument("--tasks", type=int, default=8, help="tasks played (the demo's prompts_per_update)")
+    parser.add_argument("--samples", type=int, default=4,
+                        help="episodes of each task, all in flight (the demo's group_size)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--backends", default="scripted,hf,vllm")
     parser.add_argument("--model", help="checkpoint for hf/vllm (default: a fresh init-model tiny)")
@@ -278,13 +312,16 @@ def main() -> None:
     parser.add_argument("--model-steps", type=int, default=4, help="step budget of the model episodes")
     parser.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=True,
                         help="hf throughput over 1, 2 workers x 1, 2, 4 episodes per worker")
-    parser.add_argument("--repeats", type=int, default=2, help="measurements per model run; the fastest is kept")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds of engine + bounds per backend; each row is the median round")
     parser.add_argument("--backend-core", type=int, default=0, help="CPU core of this process (the backend)")
     parser.add_argument("--env-core", type=int, default=1, help="CPU core of the environment workers")
     parser.add_argument("--data-dir", default="data/bench")
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: needs at least one round")
     set_progress(False)
     os.sched_setaffinity(0, {args.backend_core})
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
@@ -292,28 +329,30 @@ def main() -> None:
     tasks, warm_task = task_ids(cfg)
     tasks = tasks[: args.tasks]
     names = args.backends.split(",")
-    scripted = [bench_scripted(cfg, tasks, mode) for mode in ("env_only", "adaptive")] if "scripted" in names else []
+    jobs = model_jobs(cfg, tasks, args)
+    scripted = [bench_scripted(cfg, jobs, mode) for mode in ("env_only", "adaptive")] if "scripted" in names else []
     models = [n for n in names if n in ("hf", "vllm")]
     model = args.model
     if (models or args.scaling) and not model:
         from evoharness_rl.models import init_model
 
         model = str(init_model("tiny", Path(tempfile.mkdtemp(prefix="bench_tiny_")) / "model", seed=args.seed))
-    print(f"\n{args.env} ({len(tasks)} episodes in flight, {args.workers} workers; backend on core "
-          f"{args.backend_core}, env workers on core {args.env_core})")
+    print(f"\n{args.env} ({len(tasks)} tasks x {args.samples} episodes in flight, {args.workers} workers; backend on "
+          f"core {args.backend_core}, env workers on core {args.env_core})")
     for r in scripted:
         print(f"scripted {r['mode']:<9} rollout {r['rollout_steps_per_s']:8.1f} env steps/s | raw pool "
               f"{r['raw_steps_per_s']:8.1f} | ratio {r['ratio']:.3f} (target >= 0.9)  "
               f"[{r['env_steps']} env + {r['harness_steps']} harness steps, success {r['success_rate']:.2f}]", flush=True)
     generated = []
     for name in models:
-        for r in bench_model(cfg, tasks, warm_task, name, model, args):
+        for r in bench_model(cfg, jobs, warm_task, name, model, args):
             generated.append(r)
             env = f"{r['env_alone_steps_per_s']:7.1f}" if r["env_alone_steps_per_s"] else "    n/a"
             env += f" ({r['env_alone_s']:.1f} s with resets; backend alone {r['backend_alone_s']:.1f} s)"
             print(f"{r['backend']:<5} {r['schedule']:<9} engine {r['engine_tokens_per_s']:7.1f} tok/s | backend alone "
                   f"{r['backend_alone_tokens_per_s']:7.1f} tok/s | env alone {env} steps/s | engine_vs_bound "
-                  f"{r['engine_vs_bound']:.3f} (target >= 0.85)  [{r['turns']} turns, {r['env_steps']} env steps, "
+                  f"{r['engine_vs_bound']:.3f} (rounds {spread(r['engine_vs_bound_rounds'])}; target >= 0.85)  "
+                  f"[{r['turns']} turns, {r['env_steps']} env steps, "
                   f"generate {100 * r['generate_share']:.0f}% of engine wall; last reset answered at "
                   f"{r['last_reset_s']:.2f} s of {r['engine_wall_s']:.2f} s]", flush=True)
     scaling = bench_scaling(cfg, tasks, warm_task, model, args) if args.scaling else []
@@ -323,7 +362,8 @@ def main() -> None:
     if args.json:
         from evoharness_rl.fileio import atomic_write_json
 
-        atomic_write_json(args.json, {"env": args.env, "tasks": len(tasks), "workers": args.workers,
+        atomic_write_json(args.json, {"env": args.env, "tasks": len(tasks), "samples": args.samples,
+                                      "workers": args.workers,
                                       "backend_core": args.backend_core, "env_core": args.env_core,
                                       "scripted": scripted, "models": generated, "scaling": scaling})
         print(f"wrote {args.json}")
