@@ -6,7 +6,9 @@
 ALFWorld (generated games, prepared on first use under --data-dir): env steps/s with 1
 and 2 workers on small and large games, each worker hosting several live episodes and
 every round stepping all of them (random admissible actions, seeded); reset latency of
-one game at a time. Target: 2 workers >= 1.6x one worker on small games.
+one game at a time; every game loaded at once through 2 workers, with the workers' GC
+thresholds (`pool.prepare_worker_process`) next to Python's defaults. Target: 2 workers
+>= 1.6x one worker on small games.
 WebShop (the simulator): the same steps/s, plus search latency p50/p99 over the goals'
 instructions (`WebShopTextSim.search`).
 
@@ -21,6 +23,7 @@ Worker start-up, imports and env construction are excluded by a warm-up round.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -91,6 +94,34 @@ def reset_latency(env_cfg: EnvConfig, tasks: list[str], n: int, seed: int) -> di
     return {"reset_mean_s": statistics.mean(times), "reset_max_s": max(times), "resets": len(times)}
 
 
+class DefaultGC:
+    """An env factory that first puts Python's default GC thresholds back in its worker (what workers ran
+    before `pool.prepare_worker_process`)."""
+
+    def __init__(self, factory):
+        self.factory = factory
+
+    def __call__(self):
+        gc.set_threshold(700, 10, 10)
+        return self.factory()
+
+
+def worker_gc(env_cfg: EnvConfig, tasks: list[str], seed: int, rounds: int = 3) -> dict:
+    """Seconds for every task's reset through a fresh 2-worker pool (all sent at once, each a game load),
+    with Python's default GC thresholds in the workers and with the workers' own, in alternating rounds."""
+    times: dict[str, list[float]] = {"default_gc": [], "worker_gc": []}
+    outside = _tasks(env_cfg, "train")[0]
+    for _ in range(rounds):
+        for name, factory in (("default_gc", DefaultGC(env_factory(env_cfg))), ("worker_gc", env_factory(env_cfg))):
+            with EnvPool(factory, num_workers=2, step_timeout_s=600) as pool:
+                _check(pool.call([EnvReset(f"warm{i}", outside, seed) for i in range(2)]))  # imports, first load
+                keys = [f"gc{i}" for i in range(len(tasks))]
+                start = time.perf_counter()
+                _check(pool.call([EnvReset(k, t, seed) for k, t in zip(keys, tasks)]))
+                times[name].append(time.perf_counter() - start)
+    return {f"{name}_loads_s": statistics.median(values) for name, values in times.items()} | {"gc_loads": len(tasks)}
+
+
 def search_latency(env_cfg: EnvConfig, n: int) -> dict:
     """WebShop simulator search over the goals' instructions: p50 / p99 in milliseconds."""
     env = make_env(env_cfg)
@@ -139,6 +170,7 @@ def bench_alfworld(args, size: str) -> dict:
     out = {"env": "alfworld", "size": size, "games": len(tasks), "prepare_s": prepared_s, "pool": rates,
            "speedup_2_workers": rates[1]["steps_per_s"] / rates[0]["steps_per_s"]}
     out.update(reset_latency(env_cfg, tasks, min(len(tasks), 6), args.seed))
+    out.update(worker_gc(env_cfg, tasks, args.seed))
     return out
 
 
@@ -213,6 +245,9 @@ def _print(result: dict) -> None:
         if "search_p50_ms" in result else ""
     print(f"{name:<18} 2 vs 1 workers: {result['speedup_2_workers']:.2f}x   reset {result['reset_mean_s']:.3f}s "
           f"mean (max {result['reset_max_s']:.3f}s){extra}")
+    if "gc_loads" in result:
+        print(f"{name:<18} {result['gc_loads']} game loads on 2 workers: {result['worker_gc_loads_s']:.2f}s with the "
+              f"workers' GC thresholds, {result['default_gc_loads_s']:.2f}s with Python's defaults (median of 3)")
 
 
 def main() -> None:
