@@ -8,8 +8,13 @@ Samples have the length distribution of real rollouts: the demo's per-turn sampl
 (ALFWorld small games, compact prompts, adaptive harness, the scripted teacher with its
 slips), each turn's chat prompt and response tokenised with the tiny model's tokenizer,
 so prompts and completions vary in length and padding counts against the trainer.
-Token ids are random (speed does not depend on them). Per size, in interleaved rounds
-(the machine may be shared; each kind's median round is kept):
+A step's samples are micro-batches as the trainer cuts them: it sorts a mini-batch's
+samples by length and takes `--micro-batch` consecutive ones, so a micro-batch's rows are
+as alike as the mini-batch is large (`--mini-batch-samples`, 256 by default: the demo's 16
+trajectories of 16-20 turns; `--mini-batch-samples 16` is a step whose mini-batch is its
+16 samples, the most padding). `positions_per_token` is what the update computes per real
+token (1.0: no padding). Token ids are random (speed does not depend on them). Per size, in
+interleaved rounds (the machine may be shared; each kind's median round is kept):
 
 - `update`: the trainer's policy step (`grpo.trainer.optimizer_step`: micro-batches as the
   trainer builds them -- packed where the model supports it -- logits for the completion
@@ -55,6 +60,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--samples", type=int, default=16, help="per-turn samples per optimizer step")
     parser.add_argument("--micro-batch", type=int, default=8, help="grpo.micro_batch_samples of the update (its default)")
+    parser.add_argument("--mini-batch-samples", type=int, default=256,
+                        help="samples of the mini-batch the step's micro-batches are cut from, sorted by length as "
+                             "the trainer does (the demo's 16 trajectories of 16-20 turns; <= --samples: one unsorted "
+                             "step)")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds (after one warm-up); medians are kept")
     parser.add_argument("--scale-lengths", nargs="*", type=int, default=[512, 1024, 2048],
                         help="longest sample of each scaling row (none: no scaling rows)")
@@ -117,16 +126,37 @@ def rollout_lengths(args) -> list[tuple[int, int]]:
             for traj in trajs for turn in traj.turns]
 
 
-def make_samples(lengths: list[tuple[int, int]], n: int, vocab: int, seed: int, longest: int = 0):
-    """`n` samples with lengths drawn from `lengths` (stretched so the longest possible is `longest` when set)."""
+def step_lengths(lengths: list[tuple[int, int]], n: int, seed: int, mini_batch: int, micro: int
+                 ) -> list[tuple[int, int]]:
+    """The (prompt, completion) lengths of one optimizer step's `n` samples, drawn from `lengths`.
+
+    The trainer sorts a mini-batch's samples by length and cuts micro-batches of `micro`
+    consecutive ones (`grpo.batch.micro_batches`), so a micro-batch's rows are as alike as the
+    mini-batch is large. With `mini_batch` > `n` the step is `n // micro` such micro-batches
+    of a sorted mini-batch of `mini_batch` samples, taken at evenly spread quantiles (so the
+    step still spans the length distribution); otherwise `n` samples drawn at random, which
+    is what a mini-batch of only `n` samples would be.
+    """
+    rng = random.Random(seed)
+    if mini_batch <= n:
+        return [rng.choice(lengths) for _ in range(n)]
+    drawn = sorted((rng.choice(lengths) for _ in range(mini_batch)), key=sum)
+    runs = max(1, n // micro)
+    starts = [min(mini_batch - micro, max(0, round((k + 0.5) * mini_batch / runs - micro / 2))) for k in range(runs)]
+    picked = [drawn[start + j] for start in starts for j in range(micro)]
+    return (picked + [rng.choice(lengths) for _ in range(n)])[:n]
+
+
+def make_samples(lengths: list[tuple[int, int]], n: int, vocab: int, seed: int, longest: int = 0,
+                 mini_batch: int = 0, micro: int = 8):
+    """`n` samples with the lengths of one optimizer step (`step_lengths`), stretched so that the longest possible
+    is `longest` when set; random token ids."""
     from evoharness_rl.grpo.batch import Sample
 
-    rng = random.Random(seed)
     g = torch.Generator().manual_seed(seed)
     scale = longest / max(p + c for p, c in lengths) if longest else 1.0
     rows = []
-    for i in range(n):
-        prompt, completion = rng.choice(lengths)
+    for i, (prompt, completion) in enumerate(step_lengths(lengths, n, seed, mini_batch, micro)):
         prompt, completion = max(1, round(prompt * scale)), max(1, round(completion * scale))
         ids = torch.randint(10, vocab, (prompt + completion,), generator=g).tolist()
         old = (-torch.rand(completion, generator=g) * 3).tolist()
@@ -198,6 +228,7 @@ def measure(phases: dict, rounds: int, device: str) -> dict[str, float]:
 
 
 def bench(size: str, samples_of, args, device: str, rounds: int) -> dict:
+    from evoharness_rl.grpo import batch as B
     from evoharness_rl.grpo.trainer import optimizer_step, packs, score_samples
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -216,9 +247,11 @@ def bench(size: str, samples_of, args, device: str, rounds: int) -> dict:
     run = grpo_run(model, reference, device, args.micro_batch)
     seconds = measure({"plain": plain, "update": lambda: optimizer_step(run, samples),
                        "ref": lambda: score_samples(run, samples)}, rounds, device)
+    layout = [B.build(rows, 0, packs(run)) for rows in B.micro_batches(samples, args.micro_batch)]
     out = {"size": size, "params_m": params / 1e6, "samples": len(samples), "tokens_per_step": tokens,
            "loss_tokens_per_step": sum(s.loss_tokens for s in samples),
-           "longest": max(len(s.input_ids) for s in samples), "packed": packs(run)}
+           "longest": max(len(s.input_ids) for s in samples), "packed": packs(run),
+           "positions_per_token": sum(b.input_ids.numel() for b in layout) / tokens}  # > 1: padding the update computes
     for kind in ("update", "ref"):
         out[f"{kind}_tokens_per_s"] = tokens / seconds[kind]
     out["plain_fwd_bwd_tokens_per_s"] = tokens / seconds["plain"]
@@ -239,7 +272,8 @@ def bench(size: str, samples_of, args, device: str, rounds: int) -> dict:
 def row(r: dict) -> str:
     line = (f"{str(r['size'])[-11:]:>11} {r['params_m']:6.1f}M {r['longest']:5d} {r['tokens_per_step']:7d} "
             f"{r['update_tokens_per_s']:10,.0f} {r['ref_tokens_per_s']:10,.0f} {r['plain_fwd_bwd_tokens_per_s']:10,.0f} "
-            f"{r['update_vs_plain']:8.2f} {r['ref_vs_plain']:8.2f} {r['peak_rss_mb']:8.0f}")
+            f"{r['update_vs_plain']:8.2f} {r['ref_vs_plain']:8.2f} {r['positions_per_token']:6.2f} "
+            f"{r['peak_rss_mb']:8.0f}")
     if "update_mfu" in r:
         line += f"  MFU {r['update_mfu']:.1%} vs {r['plain_mfu']:.1%}  peak GPU {r['peak_gpu_mb']:,.0f} MB"
     return line
@@ -255,21 +289,25 @@ def main() -> None:
     print(f"device {device} ({torch.get_num_threads()} CPU threads); {len(lengths)} per-turn samples of scripted "
           f"ALFWorld episodes: prompt {min(prompts)}-{max(prompts)} (mean {statistics.mean(prompts):.0f}) tokens, "
           f"completion {min(completions)}-{max(completions)} (mean {statistics.mean(completions):.0f}); "
-          f"{args.samples} samples per step, micro-batches of {args.micro_batch}; median of {args.rounds} rounds")
+          f"{args.samples} samples per step, micro-batches of {args.micro_batch} cut from a sorted mini-batch of "
+          f"{args.mini_batch_samples}; median of {args.rounds} rounds")
     header = (f"{'size':>11} {'params':>7} {'long':>5} {'tokens':>7} {'update/s':>10} {'ref/s':>10} {'plain/s':>10} "
-              f"{'upd/plain':>8} {'ref/plain':>8} {'rss MB':>8}")
+              f"{'upd/plain':>8} {'ref/plain':>8} {'pos/tok':>6} {'rss MB':>8}")
     print(header, flush=True)
     results: dict = {"device": device, "threads": torch.get_num_threads(), "command": " ".join(sys.argv),
+                     "mini_batch_samples": args.mini_batch_samples,
                      "lengths": {"prompt_mean": statistics.mean(prompts), "completion_mean": statistics.mean(completions),
                                  "prompt_max": max(prompts), "completion_max": max(completions), "turns": len(lengths)},
                      "sizes": {}, "scaling": []}
     for i, size in enumerate(args.sizes):
-        r = bench(size, lambda vocab: make_samples(lengths, args.samples, vocab, args.seed), args, device, args.rounds)
+        r = bench(size, lambda vocab: make_samples(lengths, args.samples, vocab, args.seed, 0, args.mini_batch_samples,
+                                                   args.micro_batch), args, device, args.rounds)
         results["sizes"][size] = r
         print(row(r), flush=True)
     for size in args.scale_sizes if args.scale_lengths else []:
         for longest in args.scale_lengths:
-            r = bench(size, lambda vocab: make_samples(lengths, args.samples, vocab, args.seed, longest), args, device,
+            r = bench(size, lambda vocab: make_samples(lengths, args.samples, vocab, args.seed, longest,
+                                                       args.mini_batch_samples, args.micro_batch), args, device,
                       args.scale_rounds)
             r["scale_longest"] = longest
             results["scaling"].append(r)
