@@ -32,7 +32,7 @@ thread count.
    The engine run and its two bounds are measured back to back, `--repeats` rounds (both
    schedules in each round, one after the other), and each schedule's row is its median
    round by `engine_vs_bound`, with every round's ratio in `engine_vs_bound_rounds` and
-   its timings in `rounds`: the machine's speed drifts (the same 16 game loads took 3.1 to
+   its timings in `rounds`: the machine's speed drifts (the same 16 game loads took 3.0 to
    5.7 s on different runs), and a ratio of two measurements taken together is steadier
    than a ratio of two best-ofs taken apart. Each engine run and env-alone replay starts
    from a fresh pool warmed on a task outside the benchmark (`warm_pool`), so every reset
@@ -85,13 +85,12 @@ def task_ids(cfg: Config) -> tuple[list[str], str]:
         env.close()
 
 
-# ----------------------------------------------------------------------------- scripted
-
-
 def model_jobs(cfg: Config, tasks: list[str], args) -> list[EpisodeJob]:
     """`--samples` episodes of each task, as a GRPO update plays its groups (each sample samples on its own seed)."""
     return [EpisodeJob(t, seed=cfg.seed, group=g, sample=k) for g, t in enumerate(tasks) for k in range(args.samples)]
 
+
+# ----------------------------------------------------------------------------- scripted
 
 
 def env_actions(trajectory) -> list[str]:
@@ -320,8 +319,9 @@ def main() -> None:
     parser.add_argument("--json", help="write the results to this JSON file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error(f"--repeats {args.repeats}: needs at least one round")
+    for name in ("tasks", "samples", "repeats", "workers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} {getattr(args, name)}: must be at least 1")
     set_progress(False)
     os.sched_setaffinity(0, {args.backend_core})
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
