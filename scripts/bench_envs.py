@@ -100,9 +100,10 @@ class DefaultGC:
 
     def __init__(self, factory):
         self.factory = factory
+        self.thresholds = gc.get_threshold()  # this process's: Python's defaults (it never changes its own)
 
     def __call__(self):
-        gc.set_threshold(700, 10, 10)
+        gc.set_threshold(*self.thresholds)
         return self.factory()
 
 

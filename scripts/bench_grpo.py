@@ -299,16 +299,19 @@ def main() -> None:
                      "lengths": {"prompt_mean": statistics.mean(prompts), "completion_mean": statistics.mean(completions),
                                  "prompt_max": max(prompts), "completion_max": max(completions), "turns": len(lengths)},
                      "sizes": {}, "scaling": []}
+
+    def samples_of(longest: int = 0):
+        """One step's samples for a model of `vocab` tokens (`bench` builds the model first)."""
+        return lambda vocab: make_samples(lengths, args.samples, vocab, args.seed, longest, args.mini_batch_samples,
+                                          args.micro_batch)
+
     for i, size in enumerate(args.sizes):
-        r = bench(size, lambda vocab: make_samples(lengths, args.samples, vocab, args.seed, 0, args.mini_batch_samples,
-                                                   args.micro_batch), args, device, args.rounds)
+        r = bench(size, samples_of(), args, device, args.rounds)
         results["sizes"][size] = r
         print(row(r), flush=True)
     for size in args.scale_sizes if args.scale_lengths else []:
         for longest in args.scale_lengths:
-            r = bench(size, lambda vocab: make_samples(lengths, args.samples, vocab, args.seed, longest,
-                                                       args.mini_batch_samples, args.micro_batch), args, device,
-                      args.scale_rounds)
+            r = bench(size, samples_of(longest), args, device, args.scale_rounds)
             r["scale_longest"] = longest
             results["scaling"].append(r)
             print(row(r) + f"   (scaling: longest {longest})", flush=True)
