@@ -58,6 +58,11 @@ _REGISTRY: dict[str, EnvEntry] = {
         grounding="evoharness_rl.envs.webshop.grounding:make_grounding",
         tokenizer_text="evoharness_rl.envs.webshop.prompts:tokenizer_text",
     ),
+    "diagnostics": EnvEntry(  # one harness capability per task, each with a control (docs/diagnostics.md)
+        builder="evoharness_rl.envs.diagnostics.tasks:make_diagnostics_env",
+        spec="evoharness_rl.envs.diagnostics.prompts:DIAGNOSTICS_SPEC",
+        grounding="evoharness_rl.envs.diagnostics.grounding:make_grounding",
+    ),
     "webarena": EnvEntry(
         builder="evoharness_rl.envs.webarena:make_webarena_env",
         spec="evoharness_rl.envs.webarena.prompts:WEBARENA_SPEC",

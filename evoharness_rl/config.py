@@ -82,6 +82,27 @@ class WebArenaConfig:
     real_test_fraction: float = 0.5  # backend=webarena: share of the tasks in the test split (every round(1/f)-th by id; 0.5: every other)
 
 
+DIAGNOSTIC_TASKS = ("memory", "progress", "experience")  # env.diagnostics.tasks (envs/diagnostics)
+DIAGNOSTIC_VARIANTS = ("needed", "control")  # env.diagnostics.variants
+
+
+@dataclass
+class DiagnosticsConfig:
+    """The diagnostic tasks (envs/diagnostics; docs/diagnostics.md): each needs one harness verb, and has a control."""
+
+    tasks: list[str] = field(default_factory=lambda: list(DIAGNOSTIC_TASKS))  # memory (needs track) | progress (needs commit) | experience (needs recall)
+    variants: list[str] = field(default_factory=lambda: list(DIAGNOSTIC_VARIANTS))  # needed (the fact must come from the harness) | control (it stays visible: a harness call is a wasted step)
+    train_tasks: int = 64  # train tasks per task and variant
+    valid_tasks: int = 24  # valid_seen (and valid_unseen) tasks per task and variant
+    memory_codes: int = 4  # memory: codes the note may show (2-8; a guess is right one time in this many)
+    memory_delay: int = 1  # memory: corridor steps between the note and the keypad (the note leaves the observation at once)
+    progress_switches: int = 2  # progress: switches to turn on, once each, in any order (2-6; drawn per task from a pool of 6 names)
+    progress_gap: int = 1  # progress: corridor steps between panels; keep it >= harness.history_length, or the last switch turned on is still in the history
+    experience_doors: int = 4  # experience: doors per vault, one of which opens (2-8)
+    experience_vaults: int = 4  # experience: vaults (task families) in play, each with its own opening door (1-32)
+    experience_world: int = 0  # experience: which vaults and doors (another world has other vault names and doors: collect in one, train and evaluate in another, so no weights can carry a vault's door over)
+
+
 @dataclass
 class EnvConfig:
     """Which environment and how it is run."""
@@ -105,6 +126,7 @@ class EnvConfig:
     alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
     webshop: WebShopConfig = field(default_factory=WebShopConfig)
     webarena: WebArenaConfig = field(default_factory=WebArenaConfig)
+    diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
 
 
 # ------------------------------------------------------------------------- model
@@ -195,6 +217,7 @@ class SFTConfig:
     data: Optional[str] = None  # `collect` output directory (or a list via `data_mix`)
     data_mix: dict[str, float] = field(default_factory=dict)  # {collect_dir: weight} to mix several environments
     validation_fraction: float = 0.05  # share of examples held out for validation
+    dedup: bool = True  # drop repeated (conversation, response) examples; false keeps them, so the data shows each response as often as the teacher gave it (the diagnostics need the teacher's call frequencies)
     lora: bool = True  # LoRA (true) or full-parameter training (false)
     lora_r: int = 64  # LoRA rank (paper: 64)
     lora_alpha: int = 128  # LoRA scaling (paper: 128)
@@ -435,11 +458,26 @@ def validate(cfg: Config) -> Config:
         )
     for budget in cfg.grpo.horizon_curriculum:
         _positive("grpo.horizon_curriculum[]", budget)
+    _check_diagnostics(cfg.env.diagnostics)
     if cfg.env.webshop.test_goals > cfg.env.webshop.num_goals:
         raise ConfigError(
             f"env.webshop.test_goals={cfg.env.webshop.test_goals} exceeds env.webshop.num_goals={cfg.env.webshop.num_goals}"
         )
     return cfg
+
+
+def _check_diagnostics(d: DiagnosticsConfig) -> None:
+    for name, allowed in (("tasks", DIAGNOSTIC_TASKS), ("variants", DIAGNOSTIC_VARIANTS)):
+        values = list(getattr(d, name))
+        if not values or any(v not in allowed for v in values):
+            raise ConfigError(f"env.diagnostics.{name}={values} is not valid; a non-empty list of {', '.join(allowed)}")
+    for name, low, high in (("train_tasks", 1, None), ("valid_tasks", 1, None), ("memory_codes", 2, 8),
+                            ("memory_delay", 0, None), ("progress_switches", 2, 6), ("progress_gap", 1, None),
+                            ("experience_doors", 2, 8), ("experience_vaults", 1, 32),
+                            ("experience_world", 0, None)):
+        value = getattr(d, name)
+        if value < low or (high is not None and value > high):
+            raise ConfigError(f"env.diagnostics.{name}={value} must be >= {low}" + (f" and <= {high}" if high else ""))
 
 
 def _check_schedule(cfg: Config) -> None:

@@ -22,9 +22,7 @@ SIZE=${DEMO_MODEL_SIZE:-tiny}
 PY=.venv/bin/python
 CLI=("$PY" -m evoharness_rl)
 COMMON=(experiment=demo "env.data_dir=$D/data" "$@")
-start=$SECONDS
-
-stage() { printf '\n=== [%4ds] %s\n' $((SECONDS - start)) "$*"; }
+source scripts/jobs.sh  # stage, job, launch, finished: one thread a job, two jobs at a time
 
 stage "prepare ALFWorld games"
 "${CLI[@]}" prepare "${COMMON[@]}" "out_dir=$D/prepare"
@@ -36,31 +34,6 @@ stage "collect scripted-teacher traces (adaptive BPE use, Experience evolving on
 [ -f "$D/collect/summary.json" ] || "${CLI[@]}" collect "${COMMON[@]}" policy=scripted split=train \
   experience.evolve=online "out_dir=$D/collect"
 
-# From here on every job runs on one thread, at most two at a time (one per core): a model this small
-# gains little from a second thread, and two OpenMP threads collapse (8x slower, measured) as soon as
-# anything else wants a core. Jobs that do not depend on each other overlap: the untrained model's
-# evaluation runs beside SFT, SFT's evaluation without a bank beside GRPO. Logs: $D/logs/<job>.log.
-mkdir -p "$D/logs"
-rm -f "$D"/logs/*.failed
-# job <name> <command...>: run it with its output in $D/logs/<name>.log; a failure leaves <name>.failed.
-job() {
-  local name=$1; shift
-  if ! OMP_NUM_THREADS=1 "$@" > "$D/logs/$name.log" 2>&1; then
-    echo "$name failed; see $D/logs/$name.log" >&2
-    touch "$D/logs/$name.failed"
-  fi
-}
-# launch <name> <command...>: start a job in the background once one of the two slots is free.
-launch() {
-  while (( $(jobs -rp | wc -l) >= 2 )); do wait -n || true; done
-  stage "start $1 (log: $D/logs/$1.log)"
-  job "$@" &
-}
-# finished: wait for every running job; stop the demo if one failed.
-finished() {
-  wait
-  if compgen -G "$D/logs/*.failed" > /dev/null; then exit 1; fi
-}
 # evaluate <name> <model dir> <bank file or null>: greedy (the eval default), every task of both splits.
 evaluate() {
   local name=$1 model=$2 bank=$3 split

@@ -51,7 +51,7 @@ def collect(cfg: Any, engine: Optional[RolloutEngine] = None) -> dict[str, Any]:
             f"{cfg.policy.backend}), the step budget (env.max_steps_eval={cfg.env.max_steps_eval}) and the data."
         )
     write_jsonl(out / TRAJECTORIES_FILE, won)
-    examples = build_examples(won, result.prompt_version, context=cfg.env.context)
+    examples = build_examples(won, result.prompt_version, context=cfg.env.context, unique=cfg.sft.dedup)
     save_dataset(examples, out / DATASET_DIR, cfg.sft.validation_fraction, cfg.seed)
     summary = dict(result.summary)
     summary["collection"] = {

@@ -68,6 +68,8 @@ class Episode:
     def reset(self, task_id: str, seed: int = 0) -> None:
         s = self.settings
         self.task, first = self.env.reset(task_id, seed)
+        # An environment may give a task a tighter budget of its own (Task.info["max_steps"]; the diagnostic tasks do).
+        self.max_steps = min(s.max_steps, int(self.task.info.get("max_steps") or s.max_steps))
         self.belief = self.env.make_belief()
         self.belief.reset(self.task, first)
         self.workspace = Workspace(
@@ -98,7 +100,7 @@ class Episode:
             context=s.context,
             prompt_version=self.spec.versioned(s.prompt_style),
             seed=seed,
-            max_steps=s.max_steps,
+            max_steps=self.max_steps,
         )
         self._conversation: list[dict[str, str]] = []
         self._pending: list[dict[str, str]] = []
@@ -204,7 +206,7 @@ class Episode:
         turn.belief, turn.progress, turn.schedule = *self.workspace.state(), marker
         rec.turns.append(turn)
         self._history.append(f"{len(self._history) + 1}. {canonical} -> {_short(result)}")
-        if self.last_env.done or rec.steps >= s.max_steps:
+        if self.last_env.done or rec.steps >= self.max_steps:
             self._finish(truncated=not self.last_env.done)
         elif s.context == "accumulated":
             self._pending = [{"role": "assistant", "content": response}, {"role": "user", "content": self._user_message(result)}]

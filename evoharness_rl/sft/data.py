@@ -98,10 +98,13 @@ def successful(trajectories: list[Trajectory], source: str = "the collection") -
 
 
 def build_examples(
-    trajectories: Iterable[Trajectory], prompt_version: str | dict[str, str], context: Optional[str] = None
+    trajectories: Iterable[Trajectory], prompt_version: str | dict[str, str], context: Optional[str] = None,
+    unique: bool = True,
 ) -> list[dict]:
-    """Flatten successful trajectories into deduplicated next-action conversation examples.
+    """Flatten successful trajectories into (deduplicated) next-action conversation examples.
 
+    `unique=False` (`sft.dedup=false`) keeps repeated examples, so the data shows each response
+    as often as the teacher gave it.
     `prompt_version`: the current `EnvSpec.prompt_version` (or {env: version} for several
     envs); a trajectory recorded with another version is rejected, naming both.
     `context`: expected context style; a trajectory recorded with another one is an error
@@ -121,7 +124,7 @@ def build_examples(
             examples += _accumulated_example(traj, version)
         else:
             examples += _per_turn_examples(traj, version)
-    return dedup(examples)
+    return dedup(examples) if unique else examples
 
 
 def _base(traj: Trajectory, version: str) -> dict:
@@ -174,11 +177,12 @@ def dedup(examples: list[dict]) -> list[dict]:
     return out
 
 
-def mix(collections: list[tuple[list[dict], float]], seed: int = 0) -> list[dict]:
+def mix(collections: list[tuple[list[dict], float]], seed: int = 0, unique: bool = True) -> list[dict]:
     """Mix several example collections; a weight multiplies its collection's size.
 
     2.0 repeats every example twice, 0.5 keeps a random half, 1.5 keeps all plus a random
-    half again. Examples repeated across collections are kept once (first collection wins).
+    half again. Examples repeated across collections are kept once (first collection wins), unless
+    `unique` is false.
     """
     rng = random.Random(seed)
     seen: set[str] = set()
@@ -186,10 +190,10 @@ def mix(collections: list[tuple[list[dict], float]], seed: int = 0) -> list[dict
     for examples, weight in collections:
         if weight < 0:
             raise SFTDataError(f"mixing weight {weight} is negative; weights multiply a collection's size (>= 0)")
-        unique = [e for e in examples if _key(e) not in seen]
-        seen.update(map(_key, unique))
+        kept = [e for e in examples if _key(e) not in seen] if unique else list(examples)
+        seen.update(map(_key, kept))
         whole, fraction = int(weight), weight - int(weight)
-        out += unique * whole + rng.sample(unique, round(fraction * len(unique)))
+        out += kept * whole + rng.sample(kept, round(fraction * len(kept)))
     return out
 
 

@@ -94,7 +94,8 @@ def prepare_dataset(cfg: Any, tokenizer: Any, log: Optional[RunLogger], state: A
     main = state is None or state.is_main_process
     with state.main_process_first() if state is not None else nullcontext():
         if main and not (cfg.resume and data.is_sft_dataset(target)):
-            examples = data.mix([(_examples_from(src, cfg, log), float(w)) for src, w in sources.items()], cfg.seed)
+            examples = data.mix([(_examples_from(src, cfg, log), float(w)) for src, w in sources.items()], cfg.seed,
+                                unique=cfg.sft.dedup)
             data.save_dataset(examples, target, cfg.sft.validation_fraction, cfg.seed, tokenizer)
         stats = json.loads((target / data.STATS_FILE).read_text(encoding="utf-8"))
         versions = {env: data.current_prompt_version(env, cfg.env) for env in stats["prompt_versions"]}
@@ -112,7 +113,7 @@ def _examples_from(source: str, cfg: Any, log: Optional[RunLogger]) -> list[dict
     won = data.successful(trajectories, source)
     _info(log, f"{source}: {len(trajectories)} episodes collected, {len(won)} succeeded")
     versions = {env: data.current_prompt_version(env, cfg.env) for env in {t.env for t in won}}
-    return data.build_examples(won, versions)
+    return data.build_examples(won, versions, unique=cfg.sft.dedup)
 
 
 def training_chat_template(tokenizer: Any) -> Optional[str]:

@@ -193,3 +193,16 @@ def webarena_env_factory(webarena_data):
     yield make
     for env in envs:
         env.close()
+
+
+@pytest.fixture
+def diagnostics_env_factory():
+    """Factory of the diagnostic tasks at their defaults (pure Python state machines)."""
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs import env_factory, make_env
+
+    def make():
+        return make_env(EnvConfig(name="diagnostics"))
+
+    make.picklable = env_factory(EnvConfig(name="diagnostics"))
+    return make

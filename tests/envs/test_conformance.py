@@ -7,6 +7,7 @@ from tests.envs.conformance import PooledEnv, check_conformance
 
 CASES = {
     "alfworld": ("alfworld_env_factory", "valid_unseen"),
+    "diagnostics": ("diagnostics_env_factory", "valid_seen"),
     "webshop": ("webshop_env_factory", "test"),
     "webarena": ("webarena_env_factory", "test"),
 }

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# `make diagnostics`: does cost-aware GRPO teach the policy *when* a harness call is worth its step?
+# (configs/experiment/diagnostics.yaml; docs/diagnostics.md)
+#
+#   1. init-model  a tiny local model
+#   2. collect     the random-call teacher in each harness mode (env_only, always_on, adaptive), experience world 0
+#   3. sft         one policy per seed on all three collections (every task, variant and mode mixed)
+#   4. grpo        one run per mode and seed from that seed's SFT checkpoint, in experience world 1 (vaults and doors
+#                  the weights have never seen), the bank starting empty and consolidated between rollout batches
+#   5. eval        greedy, valid_seen: SFT and GRPO of every mode and seed, without a bank and with GRPO's evolved one
+#   6. report      outputs/diagnostics/report/{table.json,table.md,curves.json} and figures
+#
+# Stages whose output already exists are skipped, so an interrupted run resumes.
+# DIAG_DIR (default outputs/diagnostics), DIAG_SEEDS (default "0 1 2"), DIAG_MODES (default all three),
+# DIAG_TASKS (a Hydra list, default all three tasks) and extra Hydra overrides ("$@") reach every stage.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+D=${DIAG_DIR:-outputs/diagnostics}
+SEEDS=${DIAG_SEEDS:-0 1 2}
+MODES=${DIAG_MODES:-env_only always_on adaptive}
+PY=.venv/bin/python
+CLI=("$PY" -m evoharness_rl)
+COMMON=(experiment=diagnostics "$@")
+[ -n "${DIAG_TASKS:-}" ] && COMMON+=("env.diagnostics.tasks=$DIAG_TASKS")
+COLLECT_WORLD=(env.diagnostics.experience_world=0 env.diagnostics.experience_vaults=16)
+source scripts/jobs.sh
+
+stage "build a tiny local model"
+[ -f "$D/model/config.json" ] || "${CLI[@]}" init-model size=tiny "out=$D/model" "out_dir=$D/init-model"
+
+for mode in $MODES; do
+  [ -f "$D/collect/$mode/summary.json" ] || launch "collect_$mode" "${CLI[@]}" collect "${COMMON[@]}" \
+    policy=scripted split=train "harness.mode=$mode" experience.evolve=online "${COLLECT_WORLD[@]}" \
+    "out_dir=$D/collect/$mode"
+done
+finished
+
+for seed in $SEEDS; do
+  [ -f "$D/sft_s$seed/merged/config.json" ] || launch "sft_s$seed" "${CLI[@]}" sft "${COMMON[@]}" "seed=$seed" \
+    "model.path=$D/model" "sft.data=$D/collect" "out_dir=$D/sft_s$seed" resume=true
+done
+finished
+
+for seed in $SEEDS; do
+  for mode in $MODES; do
+    [ -f "$D/grpo_${mode}_s$seed/final/config.json" ] || launch "grpo_${mode}_s$seed" "${CLI[@]}" grpo \
+      "${COMMON[@]}" "seed=$seed" "harness.mode=$mode" "model.path=$D/sft_s$seed/merged" policy=hf \
+      experience.bank=null "out_dir=$D/grpo_${mode}_s$seed" resume=true
+  done
+done
+finished
+
+# evaluate <name> <model dir> <mode> <bank file or null>: greedy, every valid_seen task of every task and variant.
+evaluate() {
+  local name=$1 model=$2 mode=$3 bank=$4
+  [ -f "$D/eval/$name/summary.json" ] || launch "eval_$name" "${CLI[@]}" eval "${COMMON[@]}" "model.path=$model" \
+    policy=hf split=valid_seen "harness.mode=$mode" "experience.bank=$bank" "out_dir=$D/eval/$name"
+}
+for seed in $SEEDS; do
+  for mode in $MODES; do
+    evaluate "sft_${mode}_s${seed}_none" "$D/sft_s$seed/merged" "$mode" null
+    evaluate "grpo_${mode}_s${seed}_none" "$D/grpo_${mode}_s$seed/final" "$mode" null
+    if [ "$mode" != env_only ]; then  # env_only has no Experience to read
+      bank="$D/grpo_${mode}_s$seed/final/bank.json"
+      evaluate "sft_${mode}_s${seed}_evolved" "$D/sft_s$seed/merged" "$mode" "$bank"
+      evaluate "grpo_${mode}_s${seed}_evolved" "$D/grpo_${mode}_s$seed/final" "$mode" "$bank"
+    fi
+  done
+done
+finished
+
+stage "report"
+"$PY" scripts/diagnostics_report.py "$D"
+printf '\nDiagnostics finished in %d s. Report: %s/report/table.md\n' $((SECONDS - start)) "$D"
