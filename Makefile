@@ -6,13 +6,14 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-stamp
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo bench clean-venv help
+.PHONY: setup test test-fast demo diagnostics bench clean-venv help
 
 help:
 	@echo "make setup      create .venv with the pinned CPU stack (idempotent)"
 	@echo "make test       set up, then run the whole test suite (what CI runs)"
 	@echo "make test-fast  set up, then run the suite without slow end-to-end tests"
 	@echo "make demo       set up, then run the main job (ALFWorld: prepare, SFT, GRPO, eval, report)"
+	@echo "make diagnostics set up, then test whether GRPO learns *when* to call the harness (docs/diagnostics.md)"
 	@echo "make bench      run the benchmark scripts (prints numbers)"
 
 setup: $(STAMP)
@@ -45,6 +46,9 @@ test-fast: setup
 
 demo: setup
 	bash scripts/demo.sh
+
+diagnostics: setup
+	bash scripts/diagnostics.sh
 
 bench: setup
 	$(PY) scripts/bench_envs.py

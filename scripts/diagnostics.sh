@@ -6,7 +6,8 @@
 #   2. collect     the random-call teacher in each harness mode (env_only, always_on, adaptive), experience world 0
 #   3. sft         one policy per seed on all three collections (every task, variant and mode mixed)
 #   4. grpo        one run per mode and seed from that seed's SFT checkpoint, in experience world 1 (vaults and doors
-#                  the weights have never seen), the bank starting empty and consolidated between rollout batches
+#                  the weights have never seen), the bank starting from 48 teacher episodes of world 1 and
+#                  consolidated after every rollout batch
 #   5. eval        greedy, valid_seen: SFT and GRPO of every mode and seed, without a bank and with GRPO's evolved one
 #   6. report      outputs/diagnostics/report/{table.json,table.md,curves.json} and figures
 #
@@ -22,7 +23,8 @@ PY=.venv/bin/python
 CLI=("$PY" -m evoharness_rl)
 COMMON=(experiment=diagnostics "$@")
 [ -n "${DIAG_TASKS:-}" ] && COMMON+=("env.diagnostics.tasks=$DIAG_TASKS")
-COLLECT_WORLD=(env.diagnostics.experience_world=0 env.diagnostics.experience_vaults=16)
+# collect: experience world 0, 32 vaults (so weights cannot learn a door by heart)
+COLLECT=(env.diagnostics.experience_world=0 env.diagnostics.experience_vaults=32)
 source scripts/jobs.sh
 
 stage "build a tiny local model"
@@ -30,10 +32,20 @@ stage "build a tiny local model"
 
 for mode in $MODES; do
   [ -f "$D/collect/$mode/summary.json" ] || launch "collect_$mode" "${CLI[@]}" collect "${COMMON[@]}" \
-    policy=scripted split=train "harness.mode=$mode" experience.evolve=online "${COLLECT_WORLD[@]}" \
+    policy=scripted split=train "harness.mode=$mode" experience.evolve=online "${COLLECT[@]}" \
     "out_dir=$D/collect/$mode"
 done
 finished
+
+# The bank GRPO starts from (adaptive and always_on): what 48 teacher episodes in world 1 saw of its vaults' doors
+# (any explorer that opens them teaches the same facts). GRPO consolidates more into it after every rollout batch.
+BANK=null
+if [[ -z "${DIAG_TASKS:-}" || "$DIAG_TASKS" == *experience* ]]; then
+  BANK="$D/bank_world1/bank.json"
+  [ -f "$BANK" ] || launch bank_world1 "${CLI[@]}" collect experiment=diagnostics "$@" policy=scripted split=train \
+    harness.mode=adaptive experience.evolve=online "env.diagnostics.tasks=[experience]" env.diagnostics.train_tasks=24 \
+    "out_dir=$D/bank_world1"
+fi
 
 for seed in $SEEDS; do
   [ -f "$D/sft_s$seed/merged/config.json" ] || launch "sft_s$seed" "${CLI[@]}" sft "${COMMON[@]}" "seed=$seed" \
@@ -45,7 +57,7 @@ for seed in $SEEDS; do
   for mode in $MODES; do
     [ -f "$D/grpo_${mode}_s$seed/final/config.json" ] || launch "grpo_${mode}_s$seed" "${CLI[@]}" grpo \
       "${COMMON[@]}" "seed=$seed" "harness.mode=$mode" "model.path=$D/sft_s$seed/merged" policy=hf \
-      experience.bank=null "out_dir=$D/grpo_${mode}_s$seed" resume=true
+      "experience.bank=$BANK" "out_dir=$D/grpo_${mode}_s$seed" resume=true
   done
 done
 finished

@@ -12,10 +12,11 @@ paired fully / partially observed twins).
 | `progress` | `commit` (Progress) | `progress_switches` switches, each turned on once in any order; a switch turned on twice trips the breaker, and which ones are on leaves the window after `progress_gap` steps | `progress_switches`, `progress_gap` |
 | `experience` | `recall` (Experience) | which of `experience_doors` doors opens: fixed per vault (the task family), never shown; one try after a recall | `experience_doors`, `experience_vaults` |
 
-Task ids are `<task>/<variant>/<index>` (variant `needed` or `control`). Each task sets its own
-step budget (`Task.info["max_steps"]`): the moves it takes plus one harness call (memory: one
-spare step; progress: one commit per switch but the last; experience: a recall, then one door).
-So a call made where it does not help costs the call that would have.
+Task ids are `<task>/<variant>/<split>/<index>` (variant `needed` or `control`). Each task sets its
+own step budget (`Task.info["max_steps"]`): the moves it takes, the calls it needs and one more
+(memory: the track at the keypad; progress: a commit after every switch but the last; experience:
+none more, since a spare step would be a second door). One wasted call costs efficiency reward;
+a second one costs the episode.
 
 The scripted teacher (`teacher.py`) knows every answer and calls the task's verb **at random**
 (`policy.harness_rate` per turn, wherever it has a step to spare), at the decision point and

@@ -1,9 +1,9 @@
 """Belief of the diagnostic tasks: what the agent has seen, read back from the observations.
 
 - memory: the code on the note (`track [code]` returns it; always_on renders it every turn);
-- progress: the switches seen turned on; never returned by `track` (the progress task is about
-  Progress, so Belief must not stand in for `commit`), but inferred for always_on's PROGRESS view
-  (`auto_progress`), as ALFWorld's tracker infers finished subgoals;
+- progress: the panel's switches and those seen turned on; never returned by `track` (the progress
+  task is about Progress, so Belief must not stand in for `commit`), but inferred for always_on's
+  PROGRESS view (`auto_progress`: each switch, done or not), as ALFWorld's tracker infers subgoals;
 - experience: nothing (the opening door is never observed before it opens).
 """
 
@@ -15,12 +15,14 @@ from typing import Any
 from evoharness_rl.harness.belief import Belief
 
 _CODE = re.compile(r"shows the code (\w+)")
-_ON = re.compile(r"Switch (\w+) is now on")
+_ON = re.compile(r"Switch (\w+) is now on")  # progress
+_PANEL = re.compile(r"A panel with switches ([\w, ]+)\.")
 
 
 class DiagnosticsBelief(Belief):
     def reset(self, task: Any, first: Any) -> None:
         self.code = ""
+        self.switches: list[str] = []
         self.on: list[str] = []
         self.update("", first)
 
@@ -28,6 +30,8 @@ class DiagnosticsBelief(Belief):
         text = result.observation
         if match := _CODE.search(text):
             self.code = match.group(1)
+        if not self.switches and (match := _PANEL.search(text)):
+            self.switches = match.group(1).split(", ")
         if (match := _ON.search(text)) and match.group(1) not in self.on:
             self.on.append(match.group(1))
 
@@ -40,4 +44,4 @@ class DiagnosticsBelief(Belief):
         return f"code on the note: {self.code}" if self.code else "(nothing tracked)"
 
     def auto_progress(self) -> list[tuple[str, bool]]:
-        return [(f"turn on {switch}", True) for switch in self.on]
+        return [(f"turn on {switch}", switch in self.on) for switch in self.switches]

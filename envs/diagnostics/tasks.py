@@ -94,8 +94,8 @@ class _Memory(_Game):
         self.code = rng.choice(self.codes)
         self.family = f"memory-{'control' if control else 'needed'}"
         self.objective = "remember the code on the note and enter it at the keypad"
-        self.budget = settings.memory_delay + 3
-        self.spare = 1
+        self.spare = 2  # the call at the keypad, and one wasted call
+        self.budget = settings.memory_delay + 2 + self.spare
 
     def first(self) -> StepResult:
         return StepResult(f"A note on the wall shows the code {self.code}. A corridor leads on.", [CONTINUE])
@@ -128,7 +128,13 @@ class _Memory(_Game):
 
 
 class _Progress(_Game):
-    """Switches to turn on once each, in any order; panels `progress_gap` steps apart."""
+    """Switches to turn on once each; panels `progress_gap` corridor steps apart.
+
+    Each panel offers one switch still off, drawn at random, among those already on (shuffled), so
+    which switches are done is the episode's own history, not a fixed order a policy could learn. The
+    turn after a switch goes on names the switches still off: keeping track is a copy (commit them,
+    and the plan shows them at the next panel), not a set difference, which a model of a million
+    parameters does not learn at this budget."""
 
     def __init__(self, settings, control, rng):
         super().__init__(settings, control, rng)
@@ -136,28 +142,38 @@ class _Progress(_Game):
         self.on: list[str] = []
         self.walk = 0  # corridor steps left before the next panel
         self.just_on = ""  # the switch turned on by the last move (shown until the next move)
+        self.offer: list[str] = []  # the switches of the current panel
         k, gap = len(self.switches), settings.progress_gap
         self.family = f"progress-{'control' if control else 'needed'}"
         self.objective = f"turn on each switch ({', '.join(self.switches)}) exactly once; a switch turned on twice " \
                          "trips the breaker"
-        self.budget = k + (k - 1) * gap + (k - 1)
-        self.spare = k - 1
+        self.spare = k  # a commit after each switch but the last, and one wasted call
+        self.budget = k + (k - 1) * gap + self.spare
 
     def first(self) -> StepResult:
+        return self._arrive()
+
+    def _off(self) -> list[str]:
+        return [s for s in self.switches if s not in self.on]
+
+    def _arrive(self) -> StepResult:
+        self.offer = [self.rng.choice(self._off())] + self.on
+        self.rng.shuffle(self.offer)
         return self._panel()
 
     def _panel(self) -> StepResult:
-        text = f"A panel with switches {', '.join(self.switches)}."
+        text = f"A panel with switch{'es' if len(self.offer) > 1 else ''} {', '.join(self.offer)}."
         if self.control:
-            text += f" Already on: {', '.join(self.on) or 'none'}."
-        return StepResult(text, [f"turn on {s}" for s in self.switches])
+            text += f" Still off: {' and '.join(self._off())}."
+        return StepResult(text, [f"turn on {s}" for s in self.offer])
 
     def at_decision(self) -> bool:
         return bool(self.just_on)
 
     def _here(self) -> StepResult:
         if self.just_on:
-            return StepResult(f"Switch {self.just_on} is now on. You walk to the next panel.", [CONTINUE])
+            return StepResult(f"Switch {self.just_on} is now on; {' and '.join(self._off())} still off. You walk to "
+                              "the next panel.", [CONTINUE])
         return self._corridor() if self.walk else self._panel()
 
     def act(self, action: str) -> StepResult:
@@ -167,15 +183,15 @@ class _Progress(_Game):
             self.moves += 1
             self.walk -= 1
             self.just_on = ""
-            return self._here()
+            return self._corridor() if self.walk else self._arrive()
         switch = action[8:] if action.startswith("turn on ") else ""
-        if switch not in self.switches:
+        if switch not in self.offer:
             return _invalid(action, self._here())
         self.moves += 1
         if switch in self.on:
             return StepResult(f"Switch {switch} was already on: the breaker trips.", [], done=True)
         self.on.append(switch)
-        if len(self.on) == len(self.switches):
+        if not self._off():
             return StepResult("All switches are on: the lights come up.", [], done=True, won=True, score=1.0)
         self.walk, self.just_on = self.settings.progress_gap, switch
         return self._here()
@@ -184,9 +200,7 @@ class _Progress(_Game):
         return StepResult("You walk along the corridor.", [CONTINUE])
 
     def answer(self) -> str:
-        if self.walk:
-            return CONTINUE
-        return f"turn on {self.rng.choice([s for s in self.switches if s not in self.on])}"
+        return CONTINUE if self.walk else f"turn on {next(s for s in self.offer if s not in self.on)}"
 
 
 class _Experience(_Game):
@@ -203,7 +217,7 @@ class _Experience(_Game):
         self.door = vault_door(settings, self.vault)
         self.family = f"vault-{self.vault}"
         self.objective = f"open the door of the {self.vault} vault that is not locked"
-        self.budget, self.spare = 2, 1
+        self.budget, self.spare = 2, 1  # a recall and one door, or two doors: no step for a wasted call
 
     def first(self) -> StepResult:
         text = f"You stand before the {self.vault} vault. Its doors: {', '.join(self.doors)}."

@@ -39,7 +39,7 @@ def env():
 
 @pytest.mark.parametrize("rate", [0.0, 0.5, 1.0])
 def test_the_teacher_wins_every_task_within_its_budget(env, rate):
-    budgets = {"memory": 4, "progress": 4, "experience": 2}
+    budgets = {"memory": 5, "progress": 5, "experience": 2}
     for task_id in env.task_ids("valid_seen"):
         record, _ = play(env, task_id, rate=rate, seed=hash(task_id) % 1000)
         assert record.won, task_id
@@ -58,27 +58,33 @@ def test_memory_needs_track_at_the_keypad_and_the_control_shows_the_code(env):
     assert decision_point(DiagnosticsEnv(), record.task_id, record.turns) == [False, False, True, True]
     _, control = play(env, "memory/control/valid_seen/3", [act("continue"), act("continue")], rate=0.0)
     assert f"The note beside it says {env.game.code}." in control[2]
-    # A call before the keypad spends the spare step: the track at the keypad then leaves no step for the code.
-    wasted, _ = play(env, "memory/needed/valid_seen/3", [act("track [code]"), act("continue"), act("continue"),
-                                                         act("track [code]"), act(f"enter {code}")])
-    assert not wasted.won and wasted.truncated and wasted.steps == 4
+    # One wasted call costs a step; two leave no step for the code after the track at the keypad.
+    once, _ = play(env, "memory/needed/valid_seen/3", [act("track [code]"), act("continue"), act("continue"),
+                                                       act("track [code]"), act(f"enter {code}")])
+    assert once.won and once.steps == 5
+    twice, _ = play(env, "memory/needed/valid_seen/3", [act("track [code]"), act("continue"), act("commit [x]"),
+                                                        act("continue"), act("track [code]"), act(f"enter {code}")])
+    assert not twice.won and twice.truncated and twice.steps == 5
 
 
 def test_progress_needs_commit_after_a_switch_and_the_control_lists_them(env):
     task_id = "progress/needed/valid_seen/5"
     env.reset(task_id)
-    first, second = env.game.switches
-    record, prompts = play(env, task_id, [act(f"turn on {first}"), act(f"commit [{first}]"), act("continue")],
-                           rate=0.0)
-    assert record.won and f"[ ] {first}" in prompts[-1]
-    assert "Already on" not in prompts[-1]
+    (first,) = env.game.offer  # the first panel offers one switch, at random
+    (second,) = [s for s in env.game.switches if s != first]
+    record, prompts = play(env, task_id, [act(f"turn on {first}"), act(f"commit [turn on {second}]"),
+                                          act("continue")], rate=0.0)
+    assert f"Switch {first} is now on; {second} still off." in prompts[1]  # the decision point names what is left
+    assert record.won and f"[ ] turn on {second}" in prompts[-1] and "Still off" not in prompts[-1]
+    assert "still off" not in prompts[-1].split("PREVIOUS ACTION(S):")[1].split("PLAN:")[0]  # gone from the history
     assert decision_point(DiagnosticsEnv(), task_id, record.turns) == [False, True, True, False]
     again, _ = play(env, task_id, [act(f"turn on {first}"), act("continue"), act(f"turn on {first}")])
     assert not again.won and again.turns[-1].observation.endswith("the breaker trips.")
     env.reset("progress/control/valid_seen/5")
-    first = env.game.switches[0]
+    (first,) = env.game.offer
+    (second,) = [s for s in env.game.switches if s != first]
     _, control = play(env, "progress/control/valid_seen/5", [act(f"turn on {first}"), act("continue")], rate=0.0)
-    assert f"Already on: {first}." in control[2]
+    assert f"Still off: {second}." in control[2]
 
 
 def test_experience_door_is_fixed_per_vault_and_world_and_hidden_unless_control():
@@ -174,4 +180,4 @@ def test_the_registry_builds_it_from_the_config():
     assert env.task_ids("valid_seen") == ["progress/needed/valid_seen/0", "progress/control/valid_seen/0",
                                           "progress/needed/valid_seen/1", "progress/control/valid_seen/1"]
     task, _ = env.reset("progress/needed/valid_seen/0")
-    assert task.info["max_steps"] == 3 + 2 + 2
+    assert task.info["max_steps"] == 3 + 2 + 3

@@ -1,0 +1,72 @@
+"""`make diagnostics`, reduced to one task and one seed: GRPO teaches the policy when to call `track`.
+
+The real pipeline (scripts/diagnostics.sh: init-model, collect, SFT, GRPO, greedy eval, report) on
+the memory task alone, adaptive mode, seed 0, with a smaller budget. GRPO must raise greedy success
+on the needed variant and the share of calls made at the keypad well above SFT's; the same run with
+GRPO's learning rate at 0 (a no-op update) must not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.scripts import SCRIPTS
+
+REPO = SCRIPTS.parent
+SMALL = ["env.diagnostics.train_tasks=48", "env.diagnostics.valid_tasks=24", "sft.epochs=3", "grpo.updates=10",
+         "grpo.prompts_per_update=12", "grpo.mini_batch_trajectories=24", "grpo.save_every=0", "reward.anneal_updates=10"]
+
+
+def run_pipeline(root: Path, *extra: str) -> list[dict]:
+    env = {**os.environ, "DIAG_DIR": str(root), "DIAG_SEEDS": "0", "DIAG_MODES": "adaptive",
+           "DIAG_TASKS": "[memory]", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(["bash", str(SCRIPTS / "diagnostics.sh"), *SMALL, *extra], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads((root / "report" / "table.json").read_text())
+
+
+def needed(rows: list[dict], model: str) -> dict:
+    (row,) = [r for r in rows if (r["task"], r["variant"], r["model"], r["bank"]) == ("memory", "needed", model, "none")]
+    return row
+
+
+def learned_when(rows: list[dict]) -> bool:
+    sft, grpo = needed(rows, "sft"), needed(rows, "grpo")
+    share = lambda r: r["decision_point_share"] or 0.0  # noqa: E731 (no calls: none at the keypad)
+    return grpo["success"] >= sft["success"] + 0.25 and share(grpo) >= share(sft) + 0.3
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, list[dict]]:
+    root = tmp_path_factory.mktemp("diagnostics")
+    return root, run_pipeline(root)
+
+
+@pytest.mark.slow
+def test_grpo_learns_to_track_at_the_keypad(trained):
+    root, rows = trained
+    sft, grpo = needed(rows, "sft"), needed(rows, "grpo")
+    assert learned_when(rows), f"SFT {sft}\nGRPO {grpo}"
+    assert "| memory | needed | adaptive | grpo | none |" in (root / "report" / "table.md").read_text()
+    for figure in ("success_vs_update.png", "calls_vs_update.png", "bank_ops.png"):
+        assert (root / "report" / figure).stat().st_size > 1000
+
+
+@pytest.mark.slow
+def test_a_no_op_grpo_does_not_pass_the_same_check(trained):
+    """The same pipeline with GRPO's learning rate at 0, from the same model, collections and SFT checkpoint."""
+    root, _ = trained
+    noop = root.parent / "noop"
+    noop.mkdir(exist_ok=True)
+    for shared in ("model", "collect", "sft_s0"):
+        if not (noop / shared).exists():
+            (noop / shared).symlink_to(root / shared, target_is_directory=True)
+    rows = run_pipeline(noop, "grpo.learning_rate=0")
+    assert not learned_when(rows), needed(rows, "grpo")
