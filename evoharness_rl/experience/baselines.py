@@ -8,8 +8,8 @@
 `evoharness` is the BPE Experience bank (`bank.py`), read by the policy through `recall` and consolidated by
 `evolution.make_consolidator`. A memory baseline (ExpeL, ReasoningBank, or one registered from outside) is a
 `memory.MemoryStore` put into the ReAct agent's prompt at episode start, learning through its own update step.
-The built-in baselines import when first used; kept apart from `memory.py` (the shared bases) so that the bases
-never import the methods built on them.
+The built-in baselines are imported when first used; this module is kept apart from `memory.py` (the shared
+bases) so that the bases never import the methods built on them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional, Union
 
 from evoharness_rl.errors import UserError
 from evoharness_rl.experience.bank import ExperienceBank
-from evoharness_rl.experience.memory import MemoryStore, MemoryUpdater
+from evoharness_rl.experience.memory import MemoryUpdater
 
 Store = Union[type, Callable[[], type]]  # the class, or a zero-argument function returning it (a lazy import)
 UpdaterBuilder = Callable[[Any, Optional[Callable], str, int], MemoryUpdater]  # (grounding, generate, name, max_chars)
@@ -71,7 +71,7 @@ def register_memory(name: str, store: Store, updater: UpdaterBuilder) -> None:
     returning it), `updater(grounding, generate, name, max_field_chars)` its update step (a `MethodUpdater` subclass
     fits)."""
     if updater is None:
-        raise ValueError(f"memory method {name!r} needs an update step (experience.consolidator=none skips it)")
+        raise ValueError(f"memory method {name!r} needs an update step: updater(grounding, generate, name, max_chars)")
     _REGISTRY[name] = MemoryMethod(store, updater)
 
 
@@ -117,13 +117,6 @@ def load_bank(experience_cfg: Any, path: Optional[str | Path] = None, empty: boo
         bank.view = {"k": experience_cfg.memory_k, "max_insights": experience_cfg.max_insights,
                      "max_example_chars": experience_cfg.max_example_chars}
     return bank
-
-
-def load_memory(experience_cfg: Any) -> MemoryStore:
-    """A memory baseline's store: `experience.bank`, else an empty one (`load_bank` for a baseline)."""
-    if not is_baseline(experience_cfg.method):
-        raise ValueError(f"experience.method={experience_cfg.method} is the Experience bank, not a memory baseline")
-    return load_bank(experience_cfg)
 
 
 def make_updater(experience_cfg: Any, grounding: Any, generate: Any | None, name: str) -> MemoryUpdater:
