@@ -31,7 +31,6 @@ BACKENDS = ("hf", "vllm", "vllm_server", "openai", "scripted", "replay")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 CONSOLIDATORS = ("none", "heuristic", "openai", "self")
 EVOLVE_MODES = ("frozen", "online")
-MEMORY_METHODS = ("evoharness", "expel", "reasoningbank")  # experience.method (evoharness_rl/experience/memory.py)
 LOGGERS = ("jsonl", "wandb")
 MODEL_SIZES = ("tiny", "mini", "small", "base")
 
@@ -499,7 +498,9 @@ def _check_schedule(cfg: Config) -> None:
 def _check_memory_method(cfg: Config) -> None:
     """A memory baseline (ExpeL, ReasoningBank) is an inference-time comparison on the ReAct agent: `eval` only."""
     method = cfg.experience.method
-    _choice("experience.method", method, MEMORY_METHODS)
+    from evoharness_rl.experience.baselines import memory_names  # the registry, with methods registered at run time
+
+    _choice("experience.method", method, memory_names())
     if method == "evoharness":
         return
     if cfg.command != "eval":

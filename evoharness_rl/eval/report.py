@@ -110,7 +110,7 @@ def split_rows(env: str, split: str, runs: list[dict]) -> tuple[list[str], list[
     lines = []
     for run, s in zip(runs, summaries):
         per_family = s.get("per_family", {})
-        cells = [run["name"], method_label(s), _mode_label(s), _policy_label(s)]
+        cells = [run["name"], method_label(s), mode_label(s), _policy_label(s)]
         cells += [_pct(per_family.get(key, {}).get("success_rate")) for key, _ in families]
         cells += [_pct(s.get("success_rate")), _num(s.get("score")), _num(s.get("harness_calls_per_episode")),
                   _num(s.get("invalid_actions_per_episode")), _num(s.get("steps")), str(s.get("episodes", 0)),
@@ -165,7 +165,7 @@ def seen_unseen_table(runs: list[dict]) -> Optional[str]:
     for run in runs:
         s = run["summary"]
         if s.get("split") in SPLIT_NAMES:
-            key = (s.get("env"), method_label(s), _mode_label(s), _policy_label(s))
+            key = (s.get("env"), method_label(s), mode_label(s), _policy_label(s))
             pairs.setdefault(key, {})[SPLIT_NAMES[s["split"]]] = s
     rows = {k: v for k, v in pairs.items() if len(v) == 2}
     if not rows:
@@ -190,7 +190,7 @@ def method_label(summary: dict) -> str:
     return METHOD_NAMES.get(method) or MODE_NAMES.get(summary.get("mode", ""), summary.get("mode", "?"))
 
 
-def _mode_label(summary: dict) -> str:
+def mode_label(summary: dict) -> str:
     """The harness mode, with the prompt variant when it is not the full prompt (env.prompt_variant) and the
     schedule when it is not the policy's own (harness.schedule): the row label that tells ablations apart."""
     variant, schedule = summary.get("prompt_variant", "full"), summary.get("schedule", "policy")
@@ -218,7 +218,8 @@ def plot_training(run: dict, out_dir: Path) -> Optional[Path]:
     return None if fig is None else _save_png(fig, out_dir / f"{run['name']}_training.png")
 
 
-def _pyplot():
+def agg_pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display); imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -229,7 +230,7 @@ def _pyplot():
 
 def _save_png(fig, path: Path) -> Path:
     fig.savefig(path, dpi=110)
-    _pyplot().close(fig)
+    agg_pyplot().close(fig)
     return path
 
 
@@ -238,7 +239,7 @@ def training_figure(run: dict):
     records = [m for m in run["metrics"] if _has_curves(m)]
     if not records:
         return None
-    plt = _pyplot()
+    plt = agg_pyplot()
     fig, axes = plt.subplots(1, len(TRAINING_CURVES), figsize=(10, 3.5))
     for ax, (key, title, scale) in zip(axes, TRAINING_CURVES):
         points = [(m["step"], scale * m[key]) for m in records if m.get(key) is not None]
@@ -267,7 +268,7 @@ def families_figure(env: str, split: str, runs: list[dict]):
     families = family_columns(env, [r["summary"] for r in runs])
     if not families:
         return None
-    plt = _pyplot()
+    plt = agg_pyplot()
     width = 0.8 / max(len(runs), 1)
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(families)), 3.5))
     for i, run in enumerate(runs):
@@ -392,7 +393,7 @@ def dynamics_figure(runs: list[dict]):
     runs = _training_runs(runs)
     if not runs:
         return None
-    plt = _pyplot()
+    plt = agg_pyplot()
     fig, axes = plt.subplots(1, len(DYNAMICS), figsize=(4.2 * len(DYNAMICS), 3.6))
     groups = seed_groups(runs)
     for ax, (title, keys, scale) in zip(axes, DYNAMICS):

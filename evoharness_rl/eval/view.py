@@ -42,7 +42,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from evoharness_rl.eval.report import (COST_COLUMNS, SPLIT_NAMES, ReportError, _mode_label,
+from evoharness_rl.eval.report import (COST_COLUMNS, SPLIT_NAMES, ReportError, mode_label,
                                        cost_rows, dynamics_figure, families_figure, family_columns, load_run,
                                        run_cost, split_rows, training_figure)
 from evoharness_rl.envs import env_names, env_spec
@@ -380,7 +380,7 @@ def runs_table(runs: list[SiteRun], depth: int) -> str:
         rows.append("<tr>" + "".join([
             f'<td><a href="{esc(r.href(depth))}">{esc(r.name)}</a></td>', f"<td>{esc(r.kind)}</td>",
             f"<td>{esc(s.get('env', _config_value(r, 'env', 'name')))}</td>", f"<td>{esc(s.get('split', ''))}</td>",
-            f"<td>{esc(_mode_label(s) if s else _config_value(r, 'harness', 'mode'))}</td>",
+            f"<td>{esc(mode_label(s) if s else _config_value(r, 'harness', 'mode'))}</td>",
             f"<td>{esc(_policy(r))}</td>",
             f'<td class=num>{esc(s.get("episodes", len(r.episodes)))}</td>',
             f'<td class=num>{esc(len(metrics) if r.summary is None else "")}</td>',
@@ -697,9 +697,9 @@ def health_figure(metrics: list[dict]):
     panels = [(title, keys) for title, keys in panels if keys]
     if not panels:
         return None
-    from evoharness_rl.eval.report import _pyplot
+    from evoharness_rl.eval.report import agg_pyplot
 
-    plt = _pyplot()
+    plt = agg_pyplot()
     cols = 3
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(4.2 * cols, 3.0 * nrows), squeeze=False)

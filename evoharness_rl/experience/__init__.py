@@ -10,7 +10,7 @@
     grounding.py      the Grounding protocol environments implement for the heuristic
     evolution.py      make_consolidator, frozen vs online evaluation protocols
     memory.py         the memory baselines' shared store, snapshot, update cycle
-    baselines.py      experience.method -> the baseline's store and update step (load_memory, make_updater)
+    baselines.py      the memory methods' registry (experience.method -> store, update step) and load_bank
     expel.py          ExpeL: insights with votes + pooled successful trajectories
     reasoningbank.py  ReasoningBank: title / description / content memory items
     edit_check.py     experience.validate_edits: the verdict on a cycle (kept or rolled back) from held-out play
@@ -18,11 +18,11 @@
 """
 
 from evoharness_rl.experience.bank import BankFormatError, Entry, ExperienceBank
+from evoharness_rl.experience.baselines import load_bank, memory_names, register_memory
 from evoharness_rl.experience.consolidation import ConsolidationReport, Evidence, consolidate, parse_last_json
 from evoharness_rl.experience.evolution import (
     FrozenEvolution,
     OnlineEvolution,
-    load_bank,
     make_consolidator,
     make_evolution,
 )
@@ -34,5 +34,5 @@ from evoharness_rl.experience.retrieval import BankSnapshot
 __all__ = [
     "BankFormatError", "BankSnapshot", "ConsolidationReport", "Entry", "Evidence", "ExperienceBank",
     "FrozenEvolution", "HeuristicConsolidator", "LLMConsolidator", "OnlineEvolution", "OpLimits", "Operation",
-    "consolidate", "load_bank", "make_consolidator", "make_evolution", "openai_generate_text", "parse_last_json",
+    "consolidate", "load_bank", "memory_names", "register_memory", "make_consolidator", "make_evolution", "openai_generate_text", "parse_last_json",
 ]

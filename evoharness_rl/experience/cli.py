@@ -17,7 +17,8 @@ from typing import Any
 
 from evoharness_rl.experience.bank import ExperienceBank
 from evoharness_rl.experience.consolidation import canonical_key, consolidate
-from evoharness_rl.experience.evolution import load_bank, make_consolidator
+from evoharness_rl.experience.baselines import load_bank
+from evoharness_rl.experience.evolution import make_consolidator
 from evoharness_rl.experience.history import HISTORY_FILE, save_cycle, start_history
 from evoharness_rl.experience.operations import OPS, OpLimits
 from evoharness_rl.fileio import atomic_write_json, atomic_write_text

@@ -34,7 +34,7 @@ from evoharness_rl.experience.grounding import load_grounding
 from evoharness_rl.experience.heuristic import HeuristicConsolidator
 from evoharness_rl.experience.history import save_cycle
 from evoharness_rl.experience.llm import LLMConsolidator, openai_generate_text
-from evoharness_rl.experience.baselines import make_updater
+from evoharness_rl.experience.baselines import is_baseline, make_updater
 from evoharness_rl.experience.memory import MemoryUpdater, NoUpdate
 from evoharness_rl.experience.operations import OpLimits
 from evoharness_rl.experience.retrieval import BankSnapshot
@@ -53,7 +53,7 @@ def make_consolidator(experience_cfg: Any, env_name: str, policy_generate: Calla
     """
     kind = experience_cfg.consolidator
     grounding = load_grounding(env_name)
-    baseline = getattr(experience_cfg, "method", "evoharness") != "evoharness"  # a memory baseline's update step
+    baseline = is_baseline(getattr(experience_cfg, "method", "evoharness"))  # a memory baseline's update step
     if kind == "none":
         return NoUpdate() if baseline else NoConsolidation()
     if kind == "heuristic":
@@ -74,13 +74,6 @@ def make_consolidator(experience_cfg: Any, env_name: str, policy_generate: Calla
         return make_updater(experience_cfg, grounding, generate, name)
     return LLMConsolidator(generate, grounding.agent_description, grounding.task_noun, experience_cfg.fused,
                            experience_cfg.max_field_chars, experience_cfg.max_prompt_chars, name, grounding.describe_search)
-
-
-def load_bank(experience_cfg: Any) -> ExperienceBank:
-    """The bank `experience.bank` points at (empty when unset), with the configured capacity."""
-    if experience_cfg.bank:
-        return ExperienceBank.load(experience_cfg.bank, capacity=experience_cfg.capacity)
-    return ExperienceBank(experience_cfg.capacity)
 
 
 class FrozenEvolution:

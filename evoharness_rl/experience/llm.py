@@ -14,6 +14,7 @@ whose response holds no usable JSON is recorded as a failure and contributes not
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Callable
 
 from evoharness_rl.experience import prompts
@@ -387,3 +388,21 @@ def openai_generate_text(
                      getattr(usage, "completion_tokens", None), response.choices[0].finish_reason)
 
     return generate_text
+
+
+def policy_generate_text(engine: Any, max_new_tokens: int, messages: list[dict[str, str]]) -> str:
+    """One greedy chat completion from a rollout engine's backend (self-consolidation: eval's online windows and
+    GRPO), with its token counts and finish reason (`Reply`)."""
+    from evoharness_rl.engines.base import GenerationRequest
+    from evoharness_rl.engines.tokens import encode_prompt
+
+    request = GenerationRequest(messages=list(messages))
+    if engine.backend.uses_tokens:
+        request.prompt_ids = encode_prompt(engine.tokenizer, request.messages)
+    sampling = replace(engine.sampling, temperature=0.0, max_new_tokens=max_new_tokens)
+    (completion,) = engine.backend.generate([request], sampling)
+    if completion.error is not None:
+        raise RuntimeError(f"self-consolidation generation failed: {completion.error}")
+    tokens = engine.backend.uses_tokens
+    return Reply(completion.text, len(request.prompt_ids) if tokens else None,
+                 len(completion.completion_ids) if tokens else None, completion.finish_reason)

@@ -1,6 +1,6 @@
 """The paper's memory baselines (ExpeL, ReasoningBank; paper Table 1, Appendix J): what they share.
 
-    store = load_memory(experience_cfg)       # baselines.py: experience.bank, or an empty store of experience.method
+    store = load_bank(experience_cfg)         # baselines.py: experience.bank, or an empty store of experience.method
     snapshot = store.snapshot()                              # frozen for a window; pickled to the env workers
     text, ids = snapshot.prompt_context(objective, family)   # into the system prompt at episode start
     report = update_memory(store, trajectories, updater)     # one window's update cycle

@@ -208,11 +208,10 @@ def has_bank(cfg) -> bool:
 def _load_bank(cfg, resume_from: Optional[Path]):
     if not has_bank(cfg):
         return None
-    from evoharness_rl.experience import ExperienceBank, load_bank
+    from evoharness_rl.experience import load_bank
 
-    if resume_from is not None and (resume_from / "bank.json").exists():
-        return ExperienceBank.load(resume_from / "bank.json", cfg.experience.capacity)
-    return load_bank(cfg.experience)  # experience.bank, or an empty bank
+    resumed = resume_from / "bank.json" if resume_from is not None else None
+    return load_bank(cfg.experience, resumed if resumed and resumed.exists() else None)  # else experience.bank, or empty
 
 
 def _engine(cfg, run: Run, env_factory):
@@ -294,7 +293,7 @@ def _consolidator(cfg, run: Run, env_name: str):
         return NoConsolidation()
     from evoharness_rl.experience import make_consolidator
 
-    from evoharness_rl.eval.evaluate import policy_generate_text
+    from evoharness_rl.experience.llm import policy_generate_text
 
     return make_consolidator(cfg.experience, env_name,
                              functools.partial(policy_generate_text, run.engine, cfg.experience.max_new_tokens))

@@ -11,7 +11,7 @@ from evoharness_rl.config import ExperienceConfig
 from evoharness_rl.envs.alfworld.grounding import AlfworldGrounding
 from evoharness_rl.experience import ExperienceBank, make_consolidator
 from evoharness_rl.experience.expel import ExpeLMemory, ExpeLUpdater
-from evoharness_rl.experience.baselines import load_memory
+from evoharness_rl.experience.baselines import load_bank
 from evoharness_rl.experience.memory import MemoryFormatError, NoUpdate, update_memory
 from evoharness_rl.experience.reasoningbank import ReasoningBankMemory, ReasoningBankUpdater
 from tests.experience import synthetic
@@ -58,7 +58,7 @@ def test_store_round_trip_and_damaged_files(method, tmp_path):
     loaded = type(memory).load(path)
     assert loaded.to_dict() == memory.to_dict() and loaded.content_hash() == memory.content_hash()
     cfg = ExperienceConfig(method=method, bank=str(path), capacity=7, memory_k=2)
-    assert load_memory(cfg).capacity == 7 and load_memory(cfg).view["k"] == 2
+    assert load_bank(cfg).capacity == 7 and load_bank(cfg).view["k"] == 2
     data = json.loads(path.read_text())
     name = type(memory).LISTS[0]
     data[name][0]["id"] = "X9" if data[name] else None

@@ -6,7 +6,8 @@ from evoharness_rl.config import ExperienceConfig
 from evoharness_rl.envs.alfworld.grounding import AlfworldGrounding
 from evoharness_rl.experience import ExperienceBank, HeuristicConsolidator, LLMConsolidator, make_consolidator, make_evolution
 from evoharness_rl.experience.consolidation import NoConsolidation
-from evoharness_rl.experience.evolution import FrozenEvolution, OnlineEvolution, load_bank
+from evoharness_rl.experience.baselines import load_bank
+from evoharness_rl.experience.evolution import FrozenEvolution, OnlineEvolution
 from evoharness_rl.experience.grounding import GenericGrounding, load_grounding
 from tests.experience import synthetic
 
