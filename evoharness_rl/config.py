@@ -237,6 +237,7 @@ class GRPOConfig:
     max_grad_norm: float = 1.0  # gradient clipping
     clip_eps: float = 0.2  # PPO ratio clip
     kl_coef: float = 0.01  # k3 KL to the reference (SFT) policy
+    kl_clamp: bool = True  # bound the k3 KL term as verl does: log-ratio to the reference clamped to [-20, 20], k3 to at most 10 (a clamped token gets no KL gradient); kl_ref_max logs the largest unclamped k3
     entropy_coef: float = 0.001  # entropy bonus
     adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
     step_advantage_weight: float = 0.0  # omega: weight of the step-level advantage added to each turn's (GiGPO: turns taken in the same environment state within a task's group compared by their discounted returns; grpo/core.py); 0 = the paper's trajectory-level GRPO; per_turn context only

@@ -45,6 +45,11 @@ Policy loss (PPO clipped surrogate, per token t of sequence i):
     kl         = exp(ref_logp - logp) - (ref_logp - logp) - 1      (k3 estimator of KL(pi || pi_ref))
     token_loss = pg_loss + kl_coef * kl - entropy_coef * entropy
 
+The k3 term is unbounded: one token the policy has moved far from the reference (log-ratio 10 gives
+k3 ~ 22,000) can dominate a mini-batch. With `kl_clamp` (grpo.kl_clamp, as verl's `kl_penalty`) the
+log-ratio ref_logp - logp is clamped to [-20, 20] and k3 to at most 10; a clamped token's KL gradient
+is 0. `kl_ref_max` reports the largest *unclamped* k3 of the batch, so a clamp that bites is seen.
+
 Token aggregation (`agg`):
 - `token_mean`: sum of token_loss over every loss token of the mini-batch / number of
   those tokens (each generated token weighs the same; long responses weigh more);
@@ -76,6 +81,8 @@ from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "traj_mean")
 ADVANTAGE_SCALES = ("group", "batch", "none")
+KL_LOG_RATIO_BOUND = 20.0  # kl_clamp: ref_logp - logp clamped to [-20, 20] (verl)
+KL_K3_MAX = 10.0  # kl_clamp: k3 clamped to at most 10 (verl)
 
 
 # ----------------------------------------------------------------------------- rewards
@@ -217,16 +224,19 @@ def policy_loss(
     agg: str = "token_mean",
     denom: float | None = None,
     traj_tokens: torch.Tensor | None = None,  # [B] agg="traj_mean": loss tokens of each row's whole trajectory
+    kl_clamp: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss with k3 KL to the reference and an entropy bonus (see module docstring).
 
     Masked positions never contribute a value or a gradient: log-ratios are zeroed there
     before `exp`, so garbage logprobs on padding cannot produce inf/NaN gradients.
     `denom` overrides the normaliser (see module docstring); None: this batch's own count.
-    Returns (scalar loss, stats) with stats averaged over loss tokens (`ratio_max`: their largest ratio).
+    `kl_clamp` bounds the k3 term (module docstring).
+    Returns (scalar loss, stats) with stats averaged over loss tokens (`ratio_max`: their largest ratio,
+    `kl_ref_max`: their largest unclamped k3).
     """
     loss, stats = policy_loss_tensors(logp, old_logp, adv, mask, clip_eps, ref_logp, kl_coef, entropy, entropy_coef,
-                                      agg, denom, traj_tokens)
+                                      agg, denom, traj_tokens, kl_clamp)
     return loss, {k: float(v) for k, v in stats.items()}
 
 
@@ -243,6 +253,7 @@ def policy_loss_tensors(
     agg: str = "token_mean",
     denom: float | None = None,
     traj_tokens: torch.Tensor | None = None,
+    kl_clamp: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`policy_loss` with its statistics left as 0-d tensors on the loss's device: the trainer sums them over
     micro-batches and copies them to the host once per optimizer step instead of once per statistic."""
@@ -263,10 +274,17 @@ def policy_loss_tensors(
     pg_loss1 = -adv[:, None] * ratio  # [B, L]
     pg_loss2 = -adv[:, None] * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)  # [B, L]
     token_loss = torch.maximum(pg_loss1, pg_loss2)  # [B, L]
-    kl = zeros
+    kl = kl_max = zeros
     if ref_logp is not None:
         ref_log_ratio = torch.where(mask, ref_logp - logp, zeros)  # [B, L]
+        with torch.no_grad():  # float64: the unclamped k3 stays finite up to a log-ratio of ~700
+            wide = ref_log_ratio.double()
+            kl_max = torch.exp(wide) - wide - 1.0  # [B, L] unclamped k3, for the statistic only
+        if kl_clamp:
+            ref_log_ratio = ref_log_ratio.clamp(-KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)
         kl = torch.exp(ref_log_ratio) - ref_log_ratio - 1.0  # [B, L] k3 >= 0
+        if kl_clamp:
+            kl = kl.clamp(max=KL_K3_MAX)
         token_loss = token_loss + kl_coef * kl
     if entropy is not None:
         token_loss = token_loss - entropy_coef * entropy
@@ -280,6 +298,8 @@ def policy_loss_tensors(
             "clip_frac": ((pg_loss2 > pg_loss1) & mask).sum() / n,
             "approx_kl": torch.where(mask, ratio - 1.0 - log_ratio, zeros).sum() / n,  # k3 of KL(old || new)
             "kl_ref": torch.where(mask, kl, zeros).sum() / n,
+            "kl_ref_max": (torch.where(mask, kl_max, kl_max.new_zeros(())).max().to(logp.dtype) if mask.numel()
+                           else zero),  # the largest unclamped k3 (0 when no loss token or no reference)
             "entropy": torch.where(mask, entropy, zeros).sum() / n if entropy is not None else zero,
             "ratio_mean": torch.where(mask, ratio, zeros).sum() / n,
             "ratio_max": torch.where(mask, ratio, zeros).max() if mask.numel() else zero,  # 0 when no loss token

@@ -394,7 +394,8 @@ def micro_loss(run: Run, batch: B.MicroBatch, denom: float):
     logp, entropy = token_logprobs(run.model, batch, "grad" if g.entropy_coef > 0 else "detached",
                                    run.cfg.grpo.temperature)  # [B, K] x2
     return core.policy_loss_tensors(logp, batch.old_logp, batch.adv, batch.loss_mask, g.clip_eps, ref_logp,
-                                    g.kl_coef, entropy, g.entropy_coef, g.loss_agg, denom, batch.traj_tokens)
+                                    g.kl_coef, entropy, g.entropy_coef, g.loss_agg, denom, batch.traj_tokens,
+                                    g.kl_clamp)
 
 
 def _host(step_stats: list[dict]) -> list[dict]:

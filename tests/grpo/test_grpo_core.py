@@ -203,6 +203,27 @@ def test_policy_loss_kl_and_entropy_by_hand():
     assert stats["entropy"] == pytest.approx(2.0)
 
 
+def test_kl_clamp_bounds_k3_by_hand():
+    # ref - logp per token: 25, 12, 1, -30 (logp -25, -12, -1, 0 against ref 0, 0, 0, -30)
+    logp = torch.tensor([[-25.0, -12.0, -1.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[0.0, 0.0, 0.0, -30.0]], dtype=torch.float64)
+    adv, mask = torch.zeros(1, dtype=torch.float64), torch.ones(1, 4)
+    loss, stats = core.policy_loss(logp, logp.detach(), adv, mask, ref_logp=ref, kl_coef=0.5)
+    # clamped log-ratio: 20, 12, 1, -20; k3 = e^d - d - 1: e^20 - 21, e^12 - 13 = 162741.8, e - 2, e^-20 + 19
+    # k3 clamped to 10: 10, 10, e - 2, 10 -> loss = 0.5 * (30 + e - 2) / 4 (advantage 0: no policy-gradient term)
+    assert loss.item() == pytest.approx(0.5 * (30 + E - 2) / 4)
+    assert stats["kl_ref"] == pytest.approx((30 + E - 2) / 4)
+    assert stats["kl_ref_max"] == pytest.approx(math.exp(25) - 26)  # the unclamped k3 of token 0
+    (grad,) = torch.autograd.grad(loss, logp)
+    # only token 2 is inside the clamp: d k3 / d logp = 1 - e^(ref - logp) = 1 - e, times 0.5 / 4
+    assert grad[0].tolist() == pytest.approx([0.0, 0.0, 0.5 * (1 - E) / 4, 0.0])
+
+    loss, stats = core.policy_loss(logp, logp.detach(), adv, mask, ref_logp=ref, kl_coef=0.5, kl_clamp=False)
+    unclamped = [math.exp(25) - 26, math.exp(12) - 13, E - 2, math.exp(-30) + 29]
+    assert loss.item() == pytest.approx(0.5 * sum(unclamped) / 4)
+    assert stats["kl_ref_max"] == pytest.approx(unclamped[0])
+
+
 def _loop_policy_loss(logp, old, adv, mask, clip_eps, ref, kl_coef, ent, ent_coef, agg):
     """The same loss, one token at a time, in plain Python."""
     seq_losses, total, n = [], 0.0, 0

@@ -29,7 +29,7 @@ COMPONENTS = (
     "success_rate", "reward/r_grpo", "reward/r_div", "reward/r_eff", "reward/total", "lambda_div",
     "harness_calls_per_episode", "harness/track_per_episode", "harness/commit_per_episode",
     "harness/recall_per_episode", "harness/note_per_episode", "invalid_rate", "repeat_rate", "kl_ref", "entropy",
-    "clip_frac", "approx_kl", "ratio_mean", "ratio_max", "adv_abs_mean", "adv_min", "adv_max", "grad_norm", "train_tokens_per_s", "rollout_tokens_per_s", "rollout_s",
+    "clip_frac", "approx_kl", "ratio_mean", "ratio_max", "kl_ref_max", "adv_abs_mean", "adv_min", "adv_max", "grad_norm", "train_tokens_per_s", "rollout_tokens_per_s", "rollout_s",
     "train_s", "rss_gb", "zero_std_groups", "errors", "token_capped_rate",
 )
 
