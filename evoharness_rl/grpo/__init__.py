@@ -1,6 +1,6 @@
 """Cost-aware GRPO (`evoharness-rl grpo`).
 
-    core.py        rewards, lambda_div schedule, horizon curriculum, group advantages, policy loss (pure)
+    core.py        horizon curriculum, group and step advantages, policy loss (pure; the reward: evoharness_rl/reward.py)
     batch.py       trajectories -> samples -> left-padded micro-batches; batch sizes and their units
     policy.py      the trained policy, the frozen SFT reference, token logprobs of a micro-batch
     sampler.py     the seeded, resumable stream of train tasks

@@ -1,15 +1,8 @@
-"""The cost-aware GRPO algorithm core: rewards, schedules, group advantages, the policy loss.
+"""The cost-aware GRPO algorithm core: group advantages, step advantages, the horizon schedule, the policy loss.
 
 Pure functions of numbers and tensors (no I/O, no model), so each piece can be read
-against the paper and tested against hand-computed values.
-
-Reward of a trajectory tau at policy update u (paper Sec. 2.3, Eq. 5):
-
-    R(tau; u) = R_GRPO(tau) + lambda_div(u) * R_div(tau) + lambda_eff * R_eff(tau)
-    R_GRPO    = success_scale * 1[won] - invalid_penalty * #invalid - repeat_penalty * min(#repeats, repeat_cap)
-    R_div     = |verbs used in tau  ∩  {track, commit, recall, note}| / 4
-    lambda_div(u) = lambda_div_max / 2 * (1 + cos(pi * min(u, U) / U))
-    R_eff     = 1[won] * (T_max - |tau|) / T_max        (|tau| counts env + harness + invalid steps)
+against the paper and tested against hand-computed values. The reward R(tau; u) they
+start from is `evoharness_rl/reward.py` (scored once per episode by the rollout engine).
 
 Advantages (GRPO, Shao et al. 2024): rewards are centred within each task's group and
 divided by a scale (`scale`):
@@ -72,12 +65,7 @@ averaged over processes by DDP, is exactly the mini-batch mean.
 
 from __future__ import annotations
 
-import math
-from typing import Iterable
-
 import torch
-
-from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "traj_mean")
 ADVANTAGE_SCALES = ("group", "batch", "none")
@@ -85,47 +73,7 @@ KL_LOG_RATIO_BOUND = 20.0  # kl_clamp: ref_logp - logp clamped to [-20, 20] (ver
 KL_K3_MAX = 10.0  # kl_clamp: k3 clamped to at most 10 (verl)
 
 
-# ----------------------------------------------------------------------------- rewards
-
-
-def r_grpo(won: bool, invalid_count: int, repeat_count: int, cfg) -> float:
-    """Base reward: success minus penalties for invalid actions and (capped) consecutive repeats."""
-    repeats = min(repeat_count, cfg.repeat_cap)
-    return cfg.success_scale * float(won) - cfg.invalid_penalty * invalid_count - cfg.repeat_penalty * repeats
-
-
-def r_div(verbs_used: Iterable[str]) -> float:
-    """Diversity bonus: the fraction of the four BPE verbs used at least once."""
-    return len(set(verbs_used) & set(HARNESS_VERBS)) / len(HARNESS_VERBS)
-
-
-def lambda_div(u: int, lambda_max: float, anneal_updates: int) -> float:
-    """Cosine-annealed diversity weight: lambda_max at u=0, lambda_max/2 at U/2, 0 from u=U on."""
-    if anneal_updates <= 0:
-        raise ValueError(f"anneal_updates={anneal_updates} must be > 0 (the annealing horizon U in updates)")
-    progress = min(max(u, 0), anneal_updates) / anneal_updates
-    return lambda_max / 2.0 * (1.0 + math.cos(math.pi * progress))
-
-
-def r_eff(won: bool, steps: int, max_steps: int) -> float:
-    """Success-gated efficiency: the unused share of the step budget, 0 for failures."""
-    if max_steps <= 0:
-        raise ValueError(f"max_steps={max_steps} must be > 0 (the episode's step budget T_max)")
-    return float(won) * (max_steps - min(steps, max_steps)) / max_steps
-
-
-def reward_components(traj, reward_cfg, update_index: int) -> dict[str, float]:
-    """All reward terms of one trajectory at policy update `update_index`.
-
-    `traj` is a `rollout.trajectory.Trajectory`; `reward_cfg` a `config.RewardConfig`.
-    Returns {"r_grpo", "r_div", "lambda_div", "r_eff", "total"}.
-    """
-    base = r_grpo(traj.won, traj.invalid_count, traj.repeat_count, reward_cfg)
-    div = r_div(traj.verbs_used)
-    lam = lambda_div(update_index, reward_cfg.lambda_div_max, reward_cfg.anneal_updates)
-    eff = r_eff(traj.won, traj.steps, traj.max_steps)
-    total = base + lam * div + reward_cfg.lambda_eff * eff
-    return {"r_grpo": base, "r_div": div, "lambda_div": lam, "r_eff": eff, "total": total}
+# ----------------------------------------------------------------------- schedules
 
 
 def horizon(u: int, updates: int, curriculum: list[int], default: int) -> int:

@@ -5,7 +5,7 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
     tasks    <- next prompts_per_update train tasks (seeded stream; each process takes its share)
     snapshot <- Experience bank, frozen for the whole batch
     trajs    <- group_size episodes per task with the current policy      (RolloutEngine)
-    rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff          (core.reward_components)
+    rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff   (reward.reward_components, scored by the engine)
     adv      <- centred within each task's group, scaled by grpo.scale_rewards    (core.group_advantages)
                 (+ omega x each turn's step-level advantage, grpo.step_advantage_weight  (step_advantages))
     ref      <- one no-grad pass over the update's samples: reference (and recomputed old) logprobs
@@ -24,8 +24,10 @@ logprobs, so there is no extra forward pass before training, and vLLM/HF numeric
 differences show up as ratios != 1 rather than being hidden; `grpo.old_logprobs=recompute`
 pays one no-grad forward to recompute them instead); trajectories the infrastructure failed
 (`Trajectory.error`) are dropped, and a group is standardised over its remaining members.
-Groups whose rewards are all equal carry no signal: they are left out of the loss entirely
-(no policy, KL or entropy gradient) and counted in `zero_std_groups`.
+Groups whose rewards are all equal (`zero_std_groups`) carry no policy-gradient signal: their
+advantage is 0, but they stay in the loss for its KL (and entropy) term, as in TRL and verl, so a
+collapsed batch still pulls the policy back towards the reference. With grpo.kl_coef and
+grpo.entropy_coef both 0 their loss is identically 0 and they are left out.
 
 Distributed (accelerate: DDP, FSDP, DeepSpeed): every process runs its own environment
 pool and rollout backend on its share of the prompts; a task's group never crosses
@@ -50,6 +52,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from evoharness_rl import reward
 from evoharness_rl.engines.base import derive_seed
 from evoharness_rl.grpo import batch as B
 from evoharness_rl.grpo import checkpoint as ckpt
@@ -102,7 +105,7 @@ def train_update(run: Run, u: int) -> dict:
     snapshot = run.bank.snapshot() if run.bank is not None else None  # one frozen snapshot for the whole batch
     trajs = rollout(run, tasks, u, snapshot)
     clock.lap("rollout_s")
-    scored = score(run, trajs, u)  # rewards and group-normalised advantages
+    scored = score(run, trajs)  # group-normalised advantages of the rewards the engine stored
     keep_trajectories(run, u, scored)
     train = optimise(run, scored, u)  # inner epochs x mini-batches of AdamW steps
     clock.lap("train_s")
@@ -181,20 +184,20 @@ class Scored:
     trains: list[bool]  # the trajectory contributes to the loss
     zero_std_groups: int  # groups (over all processes) whose rewards had no variance
     bad_reason: Optional[str] = None  # set when the update must be skipped (all processes agree)
+    tied: list[bool] = field(default_factory=list)  # the trajectory's group had no variance (advantage 0)
     turn_advantages: dict[int, list[float]] = field(default_factory=dict)  # grpo.step_advantage_weight > 0: omega *
     # the step advantage of each turn of each trajectory that trains (added to the trajectory's advantage)
     anchored_turns: Optional[float] = None  # share of those turns whose state recurs in their group (None: off)
 
 
-def score(run: Run, trajs: list, u: int) -> Scored:
-    """Reward components for every trajectory, then group-normalised advantages."""
+def score(run: Run, trajs: list) -> Scored:
+    """Group-normalised advantages of the rewards the rollout engine stored on each trajectory."""
     cfg = run.cfg
     groups = _group_ids(run, len(trajs))
     valid = [i for i, t in enumerate(trajs) if t.error is None]
-    for i in valid:
-        trajs[i].rewards = core.reward_components(trajs[i], cfg.reward, u)
-    totals = [trajs[i].rewards["total"] for i in valid]
-    advantages, trains, zero_groups = [0.0] * len(trajs), [False] * len(trajs), 0
+    totals = [_total(trajs[i]) for i in valid]
+    advantages, trains, tied, zero_groups = [0.0] * len(trajs), [False] * len(trajs), [False] * len(trajs), 0
+    regularised = cfg.grpo.kl_coef > 0 or cfg.grpo.entropy_coef > 0  # tied groups keep their KL / entropy terms
     bad = next((f"non-finite reward {r!r} for task {trajs[i].task_id!r}"
                 for i, r in zip(valid, totals) if not math.isfinite(r)), None)
     everyone = [r for part in gather_objects(run.accelerator, [totals]) for r in part if math.isfinite(r)]
@@ -204,13 +207,14 @@ def score(run: Run, trajs: list, u: int) -> Scored:
                                           torch.tensor([groups[i] for i in valid]), cfg.grpo.adv_eps,
                                           scale=cfg.grpo.scale_rewards, batch_std=batch_std)
         for i, a, z in zip(valid, adv.tolist(), zero.tolist()):
-            advantages[i], trains[i] = a, not z
+            advantages[i], trains[i], tied[i] = a, regularised or not z, z
         zero_groups = len({groups[i] for i, z in zip(valid, zero.tolist()) if z})
     bad_flags = gather_objects(run.accelerator, [bad])
     bad = next((b for b in bad_flags if b), None)
-    scored = Scored(trajs, advantages, trains, sum(gather_objects(run.accelerator, [zero_groups])), bad)
+    scored = Scored(trajs, advantages, trains, sum(gather_objects(run.accelerator, [zero_groups])), bad, tied=tied)
     if cfg.grpo.step_advantage_weight > 0 and bad is None:
-        scored.turn_advantages, scored.anchored_turns = step_advantages(run, trajs, groups, trains)
+        signal = [t and not z for t, z in zip(trains, tied)]
+        scored.turn_advantages, scored.anchored_turns = step_advantages(run, trajs, groups, signal)
     return scored
 
 
@@ -241,6 +245,13 @@ def step_advantages(run: Run, trajs: list, groups: list[int], trains: list[bool]
         out[i].append(g.step_advantage_weight * a)
     counts = collections.Counter(anchors)
     return out, sum(counts[a] > 1 for a in anchors) / len(anchors)
+
+
+def _total(traj) -> float:
+    if "total" not in traj.rewards:
+        raise ValueError(f"trajectory of task {traj.task_id!r} has no reward: the rollout engine scores episodes only "
+                         "when built with reward_cfg (grpo/build.py passes cfg.reward)")
+    return traj.rewards["total"]
 
 
 def _group_ids(run: Run, n: int) -> list[int]:
@@ -533,7 +544,7 @@ def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, e
     cfg = run.cfg
     return {
         "update": u,
-        "lambda_div": core.lambda_div(u, cfg.reward.lambda_div_max, cfg.reward.anneal_updates),
+        "lambda_div": reward.lambda_div(u, cfg.reward.lambda_div_max, cfg.reward.anneal_updates),
         "horizon": train_horizon(cfg, u),
         **rollout_metrics(run.accelerator, trajs, run.engine.stats),
         "zero_std_groups": scored.zero_std_groups,
@@ -561,8 +572,10 @@ def greedy_members(run: Run, trajs: list) -> dict:
 
 
 def advantage_spread(run: Run, scored: Scored) -> dict:
-    """How much signal the update carries: mean |A| and the extremes over the trajectories that train."""
-    adv = [a for a, trains in zip(scored.advantages, scored.trains) if trains]
+    """How much signal the update carries: mean |A| and the extremes over the trajectories that train and whose
+    group's rewards differ."""
+    tied = scored.tied or [False] * len(scored.trains)
+    adv = [a for a, trains, z in zip(scored.advantages, scored.trains, tied) if trains and not z]
     everything = gather_objects(run.accelerator, adv)
     if not everything:
         return {"adv_abs_mean": 0.0, "adv_min": 0.0, "adv_max": 0.0}
