@@ -240,6 +240,7 @@ class GRPOConfig:
     kl_clamp: bool = True  # bound the k3 KL term as verl does: log-ratio to the reference clamped to [-20, 20], k3 to at most 10 (a clamped token gets no KL gradient); kl_ref_max logs the largest unclamped k3
     entropy_coef: float = 0.001  # entropy bonus
     adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
+    advantage_estimator: str = "grpo"  # a registered advantage estimator (evoharness_rl/grpo/estimators.py): grpo (rewards centred within each task's group, divided by grpo.scale_rewards); register_adv_est adds more
     step_advantage_weight: float = 0.0  # omega: weight of the step-level advantage added to each turn's (GiGPO: turns taken in the same environment state within a task's group compared by their discounted returns; grpo/core.py); 0 = the paper's trajectory-level GRPO; per_turn context only
     step_gamma: float = 0.95  # discount of the step-level returns (grpo.step_advantage_weight > 0)
     scale_rewards: str = "group"  # divisor of the group-centred reward: group (its group's std; the paper's GRPO) | batch (the std of every reward of the update: groups that differ only by small penalties keep small advantages) | none (Dr. GRPO: reward units)

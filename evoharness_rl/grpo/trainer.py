@@ -6,7 +6,8 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
     snapshot <- Experience bank, frozen for the whole batch
     trajs    <- group_size episodes per task with the current policy      (RolloutEngine)
     rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff   (reward.reward_components, scored by the engine)
-    adv      <- centred within each task's group, scaled by grpo.scale_rewards    (core.group_advantages)
+    adv      <- the grpo.advantage_estimator of the rewards (default: centred within each task's group, scaled by
+                grpo.scale_rewards, core.group_advantages; estimators.py registers others)
                 (+ omega x each turn's step-level advantage, grpo.step_advantage_weight  (step_advantages))
     ref      <- one no-grad pass over the update's samples: reference (and recomputed old) logprobs
     for each inner epoch, for each mini-batch of trajectories:
@@ -57,6 +58,7 @@ from evoharness_rl.engines.base import derive_seed
 from evoharness_rl.grpo import batch as B
 from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo import core
+from evoharness_rl.grpo.estimators import check_adv_est
 from evoharness_rl.grpo.build import Run, setup, sharded
 from evoharness_rl.grpo.metrics import StatSums, gather_objects, memory_metrics, rollout_metrics
 from evoharness_rl.grpo.policy import packing_works, token_logprobs
@@ -203,9 +205,9 @@ def score(run: Run, trajs: list) -> Scored:
     everyone = [r for part in gather_objects(run.accelerator, [totals]) for r in part if math.isfinite(r)]
     batch_std = statistics.stdev(everyone) if len(everyone) > 1 else 0.0  # for grpo.scale_rewards=batch
     if valid and bad is None:
-        adv, zero = core.group_advantages(torch.tensor(totals, dtype=torch.float64),
-                                          torch.tensor([groups[i] for i in valid]), cfg.grpo.adv_eps,
-                                          scale=cfg.grpo.scale_rewards, batch_std=batch_std)
+        estimator = check_adv_est(cfg.grpo.advantage_estimator)
+        adv, zero = estimator(torch.tensor(totals, dtype=torch.float64), torch.tensor([groups[i] for i in valid]),
+                              cfg.grpo, batch_std)
         for i, a, z in zip(valid, adv.tolist(), zero.tolist()):
             advantages[i], trains[i], tied[i] = a, regularised or not z, z
         zero_groups = len({groups[i] for i, z in zip(valid, zero.tolist()) if z})
