@@ -30,6 +30,12 @@ episodes, or several times in one (a loop of rejected actions), forms a step gro
 compares the returns that followed each action taken there; a state seen once gives no step
 advantage. As in GiGPO the anchor is the environment's observation, not the whole prompt
 (history and harness views differ between episodes that stand in the same state).
+Two options move this towards GiGPO exactly (defaults: as described above):
+- `grpo.step_anchor=observation`: the anchor is the observation text each turn was shown, so
+  a rejected action ("Nothing happens.") or a harness view starts a state of its own instead
+  of leaving the turn in the state of the last environment action;
+- `grpo.step_keep_tied_groups`: a group whose episode rewards tie (no trajectory advantage)
+  still gets step advantages; by default its turns get none.
 
 Policy loss (PPO clipped surrogate, per token t of sequence i):
 
@@ -66,6 +72,8 @@ averaged over processes by DDP, is exactly the mini-batch mean.
 from __future__ import annotations
 
 import torch
+
+from evoharness_rl.config import STEP_ANCHORS
 
 LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "traj_mean")
 ADVANTAGE_SCALES = ("group", "batch", "none")
@@ -136,13 +144,19 @@ def turn_rewards(traj, reward_cfg, total: float) -> list[float]:
     return rewards
 
 
-def anchor_states(turns) -> list[str | None]:
-    """The environment state each turn acted in: the observation of the last environment action before it
-    (None for the start state). Invalid actions and harness calls leave the state as it was."""
+def anchor_states(turns, anchor: str = "env_state") -> list[str | None]:
+    """What makes two turns "the same state" (module docstring), for each turn; None for the start state.
+
+    env_state: the observation of the last environment action before the turn (invalid actions and harness
+    calls leave the state as it was). observation: the observation text the turn was shown, whatever the
+    previous turn was (GiGPO's anchor: a rejection message or a harness view is a state of its own).
+    """
+    if anchor not in STEP_ANCHORS:
+        raise ValueError(f"anchor={anchor!r}; expected one of {STEP_ANCHORS}")
     states, state = [], None
     for turn in turns:
         states.append(state)
-        if turn.action_kind == "env":
+        if anchor == "observation" or turn.action_kind == "env":
             state = turn.observation
     return states
 

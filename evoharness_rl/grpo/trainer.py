@@ -200,6 +200,7 @@ def score(run: Run, trajs: list) -> Scored:
     totals = [_total(trajs[i]) for i in valid]
     advantages, trains, tied, zero_groups = [0.0] * len(trajs), [False] * len(trajs), [False] * len(trajs), 0
     regularised = cfg.grpo.kl_coef > 0 or cfg.grpo.entropy_coef > 0  # tied groups keep their KL / entropy terms
+    keep_tied = cfg.grpo.step_advantage_weight > 0 and cfg.grpo.step_keep_tied_groups  # ... or step advantages
     bad = next((f"non-finite reward {r!r} for task {trajs[i].task_id!r}"
                 for i, r in zip(valid, totals) if not math.isfinite(r)), None)
     everyone = [r for part in gather_objects(run.accelerator, [totals]) for r in part if math.isfinite(r)]
@@ -209,30 +210,31 @@ def score(run: Run, trajs: list) -> Scored:
         adv, zero = estimator(torch.tensor(totals, dtype=torch.float64), torch.tensor([groups[i] for i in valid]),
                               cfg.grpo, batch_std)
         for i, a, z in zip(valid, adv.tolist(), zero.tolist()):
-            advantages[i], trains[i], tied[i] = a, regularised or not z, z
+            advantages[i], trains[i], tied[i] = a, regularised or keep_tied or not z, z
         zero_groups = len({groups[i] for i, z in zip(valid, zero.tolist()) if z})
     bad_flags = gather_objects(run.accelerator, [bad])
     bad = next((b for b in bad_flags if b), None)
     scored = Scored(trajs, advantages, trains, sum(gather_objects(run.accelerator, [zero_groups])), bad, tied=tied)
     if cfg.grpo.step_advantage_weight > 0 and bad is None:
-        signal = [t and not z for t, z in zip(trains, tied)]
+        signal = [t and (keep_tied or not z) for t, z in zip(trains, tied)]
         scored.turn_advantages, scored.anchored_turns = step_advantages(run, trajs, groups, signal)
     return scored
 
 
-def step_advantages(run: Run, trajs: list, groups: list[int], trains: list[bool]) -> tuple[dict, float]:
-    """omega * the step-level advantage of every turn of the trajectories that train (grpo/core.py, GiGPO): turns
-    taken in the same environment state in the same group are compared by their discounted returns. Also returns
-    the share of those turns whose state recurs (the rest get 0)."""
+def step_advantages(run: Run, trajs: list, groups: list[int], members: list[bool]) -> tuple[dict, float]:
+    """omega * the step-level advantage of every turn of the trajectories in `members` (those that train and whose
+    group's rewards differ; with grpo.step_keep_tied_groups every one that trains) (grpo/core.py, GiGPO): turns
+    taken in the same state (grpo.step_anchor) in the same group are compared by their discounted returns. Also
+    returns the share of those turns whose state recurs (the rest get 0)."""
     g = run.cfg.grpo
     anchor_of: dict[tuple, int] = {}
     anchors, returns, owners = [], [], []
     for i, traj in enumerate(trajs):
-        if not trains[i]:
+        if not members[i]:
             continue
         turn_rewards = core.turn_rewards(traj, run.cfg.reward, traj.rewards["total"])
         for turn, ret, state in zip(traj.turns, core.discounted_returns(turn_rewards, g.step_gamma),
-                                    core.anchor_states(traj.turns)):
+                                    core.anchor_states(traj.turns, g.step_anchor)):
             anchors.append(anchor_of.setdefault((groups[i], state), len(anchor_of)))
             returns.append(ret)
             owners.append(i)

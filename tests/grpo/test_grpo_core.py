@@ -270,3 +270,66 @@ def test_anchor_states_follow_environment_actions_only():
     turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", observation=obs)
              for k, (kind, obs) in enumerate(steps)]
     assert core.anchor_states(turns) == [None, "at desk", "at desk", "at desk"]
+
+
+def test_anchor_states_on_the_observation_text():
+    from evoharness_rl.rollout.trajectory import Turn
+
+    steps = [("env", "at desk"), ("invalid", "Nothing happens."), ("harness", "PLAN: ..."), ("env", "took mug")]
+    turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", observation=obs)
+             for k, (kind, obs) in enumerate(steps)]
+    # each turn acted on what the previous turn returned, whatever its kind (GiGPO)
+    assert core.anchor_states(turns, "observation") == [None, "at desk", "Nothing happens.", "PLAN: ..."]
+    with pytest.raises(ValueError, match="anchor='prompt'"):
+        core.anchor_states(turns, "prompt")
+
+
+def _tied_group_scored(anchor: str, keep_tied: bool):
+    """trainer.score on one tied group of two episodes (the options act there; the arithmetic is in the test)."""
+    from types import SimpleNamespace
+
+    from evoharness_rl.config import Config
+    from evoharness_rl.grpo.batch import make_plan
+    from evoharness_rl.grpo.trainer import score
+    from evoharness_rl.rollout.trajectory import Turn
+
+    cfg = Config()
+    cfg.reward.invalid_penalty, cfg.reward.repeat_penalty = 0.5, 0.0
+    g = cfg.grpo
+    g.prompts_per_update, g.group_size, g.mini_batch_trajectories = 1, 2, 2
+    g.step_gamma, g.scale_rewards, g.step_advantage_weight = 1.0, "none", 1.0
+    g.step_anchor, g.step_keep_tied_groups = anchor, keep_tied
+    run = SimpleNamespace(cfg=cfg, accelerator=SimpleNamespace(num_processes=1, process_index=0),
+                          plan=make_plan(g, 1))
+
+    def traj(steps):
+        turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", observation=obs)
+                 for k, (kind, obs) in enumerate(steps)]
+        return Trajectory(task_id="t", family="f", env="e", turns=turns, rewards={"total": 1.0})
+
+    return score(run, [traj([("env", "at desk"), ("env", "done")]),
+                       traj([("invalid", "Nothing happens."), ("env", "at desk"), ("env", "done")])])
+
+
+def test_step_advantages_of_a_tied_group_by_hand():
+    # Both episodes earn 1.0: the group ties, its trajectory advantage is 0.
+    # A: turn rewards [0, 1.0] -> returns [1.0, 1.0]; B: [-0.5, 0, 1.5] (the last takes 1.0 + 0.5) -> [1.0, 1.5, 1.5]
+    scored = _tied_group_scored("env_state", keep_tied=False)
+    assert scored.advantages == [0.0, 0.0] and scored.turn_advantages == {}  # default: a tied group gets none
+
+    scored = _tied_group_scored("env_state", keep_tied=True)
+    # env_state anchors: A [start, desk], B [start, start, desk] (the rejected action leaves B at the start)
+    # start: returns 1.0 (A0), 1.0 (B0), 1.5 (B1), mean 7/6 -> -1/6, -1/6, +1/3
+    # desk: 1.0 (A1), 1.5 (B2), mean 1.25 -> -0.25, +0.25
+    assert scored.turn_advantages[0] == pytest.approx([-1 / 6, -0.25])
+    assert scored.turn_advantages[1] == pytest.approx([-1 / 6, 1 / 3, 0.25])
+    assert scored.anchored_turns == 1.0  # every turn shares its state with another
+
+
+def test_step_advantages_anchored_on_the_observation_by_hand():
+    scored = _tied_group_scored("observation", keep_tied=True)
+    # observation anchors: A [start, desk], B [start, "Nothing happens.", desk]
+    # start: 1.0 (A0), 1.0 (B0) -> 0, 0; "Nothing happens.": 1.5 (B1) alone -> 0; desk: -0.25, +0.25 as before
+    assert scored.turn_advantages[0] == pytest.approx([0.0, -0.25])
+    assert scored.turn_advantages[1] == pytest.approx([0.0, 0.0, 0.25])
+    assert scored.anchored_turns == pytest.approx(4 / 5)  # B1 is the only turn in its state

@@ -494,7 +494,7 @@ def test_step_advantages_compare_turns_with_the_same_prompt_in_a_group():
              traj([("env", "at desk"), ("invalid", "Nothing happens."), ("invalid", "Nothing happens.")], -0.2),
              traj([("env", "at desk")], 1.0),  # the start state of another group: its own anchor
              traj([("env", "at desk")], 5.0)]  # does not train
-    out, share = step_advantages(run, trajs, groups=[0, 0, 1, 1], trains=[True, True, True, False])
+    out, share = step_advantages(run, trajs, groups=[0, 0, 1, 1], members=[True, True, True, False])
     # anchor (0, start): returns 10 and -0.2, mean 4.9 -> +5.1 / -5.1; (1, start) alone -> 0;
     # (0, desk): 10, -0.2, -0.1, mean 3.2333 -> +6.7667, -3.4333, -3.3333; times omega 0.5
     assert out[0] == pytest.approx([2.55, 6.7667 / 2], abs=1e-4)
