@@ -35,6 +35,8 @@ MEMORY_METHODS = ("evoharness", "expel", "reasoningbank")  # experience.method (
 LOGGERS = ("jsonl", "wandb")
 MODEL_SIZES = ("tiny", "mini", "small", "base")
 STEP_ANCHORS = ("env_state", "observation")  # grpo.step_anchor (grpo/core.py anchor_states)
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "traj_mean")  # grpo.loss_agg (grpo/core.py policy_loss)
+ADVANTAGE_SCALES = ("group", "batch", "none")  # grpo.scale_rewards (grpo/core.py group_advantages)
 
 
 class ConfigError(UserError, ValueError):
@@ -383,9 +385,9 @@ def validate(cfg: Config) -> Config:
     _choice("experience.evolve", cfg.experience.evolve, EVOLVE_MODES)
     _check_memory_method(cfg)
     _choice("logger.backend", cfg.logger.backend, LOGGERS)
-    _choice("grpo.loss_agg", cfg.grpo.loss_agg, ("token_mean", "seq_mean", "traj_mean"))
+    _choice("grpo.loss_agg", cfg.grpo.loss_agg, LOSS_AGGREGATIONS)
     _choice("grpo.old_logprobs", cfg.grpo.old_logprobs, ("sampler", "recompute"))
-    _choice("grpo.scale_rewards", cfg.grpo.scale_rewards, ("group", "batch", "none"))
+    _choice("grpo.scale_rewards", cfg.grpo.scale_rewards, ADVANTAGE_SCALES)
     _choice("grpo.step_anchor", cfg.grpo.step_anchor, STEP_ANCHORS)
     _choice("size", cfg.size, MODEL_SIZES)
     _choice("device", cfg.device, ("auto", "cpu", "cuda"))

@@ -73,10 +73,8 @@ from __future__ import annotations
 
 import torch
 
-from evoharness_rl.config import STEP_ANCHORS
+from evoharness_rl.config import ADVANTAGE_SCALES, LOSS_AGGREGATIONS, STEP_ANCHORS  # the choices, stated once
 
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "traj_mean")
-ADVANTAGE_SCALES = ("group", "batch", "none")
 KL_LOG_RATIO_BOUND = 20.0  # kl_clamp: ref_logp - logp clamped to [-20, 20] (verl)
 KL_K3_MAX = 10.0  # kl_clamp: k3 clamped to at most 10 (verl)
 

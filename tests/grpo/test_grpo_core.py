@@ -333,3 +333,17 @@ def test_step_advantages_anchored_on_the_observation_by_hand():
     assert scored.turn_advantages[0] == pytest.approx([0.0, -0.25])
     assert scored.turn_advantages[1] == pytest.approx([0.0, 0.0, 0.25])
     assert scored.anchored_turns == pytest.approx(4 / 5)  # B1 is the only turn in its state
+
+
+def test_the_core_s_choices_are_the_ones_config_validates():
+    from evoharness_rl import config
+
+    assert core.LOSS_AGGREGATIONS is config.LOSS_AGGREGATIONS and core.ADVANTAGE_SCALES is config.ADVANTAGE_SCALES
+    assert core.STEP_ANCHORS is config.STEP_ANCHORS
+    for field, allowed in (("loss_agg", core.LOSS_AGGREGATIONS), ("scale_rewards", core.ADVANTAGE_SCALES),
+                           ("step_anchor", core.STEP_ANCHORS)):
+        cfg = config.Config()
+        setattr(cfg.grpo, field, "bogus")
+        with pytest.raises(config.ConfigError, match=f"grpo.{field}='bogus' is not valid; allowed values: "
+                                                     f"{', '.join(allowed)}"):
+            config.validate(cfg)
