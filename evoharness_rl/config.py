@@ -33,6 +33,9 @@ CONSOLIDATORS = ("none", "heuristic", "openai", "self")
 EVOLVE_MODES = ("frozen", "online")
 LOGGERS = ("jsonl", "wandb")
 MODEL_SIZES = ("tiny", "mini", "small", "base")
+STEP_ANCHORS = ("env_state", "observation")  # grpo.step_anchor (grpo/core.py anchor_states)
+LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "traj_mean")  # grpo.loss_agg (grpo/core.py policy_loss)
+ADVANTAGE_SCALES = ("group", "batch", "none")  # grpo.scale_rewards (grpo/core.py group_advantages)
 
 
 class ConfigError(UserError, ValueError):
@@ -259,10 +262,14 @@ class GRPOConfig:
     max_grad_norm: float = 1.0  # gradient clipping
     clip_eps: float = 0.2  # PPO ratio clip
     kl_coef: float = 0.01  # k3 KL to the reference (SFT) policy
+    kl_clamp: bool = True  # bound the k3 KL term as verl does: log-ratio to the reference clamped to [-20, 20], k3 to at most 10 (a clamped token gets no KL gradient); kl_ref_max logs the largest unclamped k3
     entropy_coef: float = 0.001  # entropy bonus
     adv_eps: float = 1e-6  # epsilon in (r - mean) / (std + eps)
+    advantage_estimator: str = "grpo"  # a registered advantage estimator (evoharness_rl/grpo/estimators.py): grpo (rewards centred within each task's group, divided by grpo.scale_rewards); register_adv_est adds more
     step_advantage_weight: float = 0.0  # omega: weight of the step-level advantage added to each turn's (GiGPO: turns taken in the same environment state within a task's group compared by their discounted returns; grpo/core.py); 0 = the paper's trajectory-level GRPO; per_turn context only
     step_gamma: float = 0.95  # discount of the step-level returns (grpo.step_advantage_weight > 0)
+    step_anchor: str = "env_state"  # which turns count as the same state for step advantages: env_state (the observation of the last environment action: invalid and harness turns stay in it) | observation (the observation text the turn was shown, GiGPO's anchor)
+    step_keep_tied_groups: bool = False  # step advantages also for groups whose episode rewards tie (GiGPO keeps them; false: such groups get none)
     scale_rewards: str = "group"  # divisor of the group-centred reward: group (its group's std; the paper's GRPO) | batch (the std of every reward of the update: groups that differ only by small penalties keep small advantages) | none (Dr. GRPO: reward units)
     loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean (each sample weighs the same) | traj_mean (each trajectory weighs the same however many turns it took; per-turn samples: see grpo/core.py)
     old_logprobs: str = "sampler"  # PPO's old policy: sampler (the logprobs the backend recorded; free) | recompute (one no-grad forward of the policy over the update's samples before its first step: about a third of a training step's compute; use when the sampler's numerics differ from the trainer's, e.g. vLLM in bf16)
@@ -400,9 +407,10 @@ def validate(cfg: Config) -> Config:
     _choice("experience.evolve", cfg.experience.evolve, EVOLVE_MODES)
     _check_memory_method(cfg)
     _choice("logger.backend", cfg.logger.backend, LOGGERS)
-    _choice("grpo.loss_agg", cfg.grpo.loss_agg, ("token_mean", "seq_mean", "traj_mean"))
+    _choice("grpo.loss_agg", cfg.grpo.loss_agg, LOSS_AGGREGATIONS)
     _choice("grpo.old_logprobs", cfg.grpo.old_logprobs, ("sampler", "recompute"))
-    _choice("grpo.scale_rewards", cfg.grpo.scale_rewards, ("group", "batch", "none"))
+    _choice("grpo.scale_rewards", cfg.grpo.scale_rewards, ADVANTAGE_SCALES)
+    _choice("grpo.step_anchor", cfg.grpo.step_anchor, STEP_ANCHORS)
     _choice("size", cfg.size, MODEL_SIZES)
     _choice("device", cfg.device, ("auto", "cpu", "cuda"))
     _choice("split", cfg.split, ("train", "valid_seen", "valid_unseen", "test"))

@@ -106,6 +106,16 @@ def test_models_imports_nothing_from_sft():
     assert not {m for m in import_graph()["evoharness_rl.models"] if m.startswith("evoharness_rl.sft")}
 
 
+@pytest.mark.parametrize("lower", ["evoharness_rl.rollout", "evoharness_rl.eval"])
+def test_rollout_and_eval_import_nothing_from_grpo(lower):
+    """The reward lives below them (evoharness_rl/reward.py): lower layers never reach up into the trainer."""
+    graph = import_graph()
+    found = {f"{module} -> {target}" for module, targets in graph.items()
+             if module == lower or module.startswith(lower + ".")
+             for target in targets if target.startswith("evoharness_rl.grpo")}
+    assert not found, "lower layer imports the trainer: " + ", ".join(sorted(found))
+
+
 def _env_names() -> list[str]:
     from evoharness_rl.envs import _REGISTRY
 

@@ -22,6 +22,10 @@
   gives each setting's validation success as mean and range over its seeds.
 
 Plots are written next to `report.md` in `out_dir` (when given) and linked from it.
+
+`paired_difference(per_task_success(a), per_task_success(b))` compares two evals of the same
+tasks: the mean per-task success difference with a 95% paired bootstrap interval
+(`scripts/demo_table.py` gives every GRPO row of the demo table its difference to SFT).
 """
 
 from __future__ import annotations
@@ -177,6 +181,44 @@ def seen_unseen_table(runs: list[dict]) -> Optional[str]:
         lines.append(_row([env, method, mode, policy, _pct(seen.get("success_rate")), _pct(unseen.get("success_rate")),
                            _num(seen.get("harness_calls_per_episode")), _num(unseen.get("harness_calls_per_episode"))]))
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------- paired comparison
+
+BOOTSTRAP_SAMPLES = 10_000  # resamples of the tasks in `paired_difference`
+BOOTSTRAP_SEED = 0  # fixed: the same records always give the same interval
+
+
+def per_task_success(run_dir: str | Path) -> dict[str, float]:
+    """{task id: share of its episodes won} over an eval's records (run_dir/trajectories/*.json); errored
+    episodes are left out (they say nothing about the policy)."""
+    folder = Path(run_dir) / "trajectories"
+    files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    if not files:
+        raise ReportError(f"{folder} has no episode records; a paired comparison needs an eval's trajectories/")
+    outcomes: dict[str, list[bool]] = {}
+    for path in files:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if record.get("error") is None:
+            outcomes.setdefault(record["task_id"], []).append(bool(record.get("won")))
+    return {task: sum(won) / len(won) for task, won in outcomes.items()}
+
+
+def paired_difference(a: dict[str, float], b: dict[str, float], samples: int = BOOTSTRAP_SAMPLES,
+                      seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+    """Success of `a` minus `b` over the tasks both ran: {"diff": the mean per-task difference, "ci95": [low, high]
+    (the 2.5th and 97.5th percentiles of that mean over `samples` resamples of the tasks with replacement, each
+    task keeping its pair of outcomes), "tasks": how many}."""
+    import numpy as np
+
+    tasks = sorted(a.keys() & b.keys())
+    if not tasks:
+        raise ReportError(f"no task in common between the two evals ({len(a)} and {len(b)} tasks); compare evals "
+                          "of the same split")
+    diffs = np.array([a[t] - b[t] for t in tasks], dtype=np.float64)  # [T]
+    picks = np.random.default_rng(seed).integers(0, len(diffs), size=(samples, len(diffs)))  # [S, T]
+    low, high = np.percentile(diffs[picks].mean(axis=1), [2.5, 97.5])
+    return {"diff": float(diffs.mean()), "ci95": [float(low), float(high)], "tasks": len(tasks)}
 
 
 METHOD_NAMES = {"expel": "ExpeL", "reasoningbank": "ReasoningBank"}  # experience.method -> the paper's row name

@@ -160,7 +160,7 @@ def _reward_settings(run_dir: Path):
 def _computed_rewards(data: dict, reward_cfg) -> dict:
     if data.get("error"):
         return {}
-    from evoharness_rl.grpo.core import reward_components
+    from evoharness_rl.reward import reward_components
     from evoharness_rl.rollout.trajectory import Trajectory
 
     return reward_components(Trajectory.from_dict(data), reward_cfg, 0)

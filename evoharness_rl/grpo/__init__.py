@@ -1,6 +1,7 @@
 """Cost-aware GRPO (`evoharness-rl grpo`).
 
-    core.py        rewards, lambda_div schedule, horizon curriculum, group advantages, policy loss (pure)
+    core.py        horizon curriculum, group and step advantages, policy loss (pure; the reward: evoharness_rl/reward.py)
+    estimators.py  advantage estimators by name (grpo.advantage_estimator; register_adv_est adds one)
     batch.py       trajectories -> samples -> left-padded micro-batches; batch sizes and their units
     policy.py      the trained policy, the frozen SFT reference, token logprobs of a micro-batch
     sampler.py     the seeded, resumable stream of train tasks

@@ -332,8 +332,8 @@ def mini_batches(
 ) -> list[list[Sample]]:
     """Split this process's samples into `plan.mini_batches` groups by trajectory (shuffled with `rng`).
 
-    `trajectories` lists the indices of the trajectories that train (zero-advantage ones are
-    left out by the caller); each mini-batch gets an equal share of them (±1).
+    `trajectories` lists the indices of the trajectories that train (errored ones, and tied groups
+    when the loss has no KL or entropy term, are left out by the caller); each mini-batch gets an equal share of them (±1).
     """
     order = list(trajectories)
     rng.shuffle(order)

@@ -18,6 +18,7 @@ import torch
 from evoharness_rl.config import ConfigError
 from evoharness_rl.grpo import batch as B
 from evoharness_rl.grpo import checkpoint as ckpt
+from evoharness_rl.grpo.estimators import check_adv_est
 from evoharness_rl.grpo.policy import Reference, load_policy
 from evoharness_rl.grpo.sampler import TaskSampler
 
@@ -57,8 +58,9 @@ def setup(cfg, env_factory=None) -> Run:
 
     from evoharness_rl.models import load_tokenizer
 
+    check_adv_est(cfg.grpo.advantage_estimator)  # an estimator nobody registered fails before anything heavy loads
     acc = Accelerator(cpu=cfg.device == "cpu", step_scheduler_with_optimizer=False)
-    plan = B.make_plan(cfg.grpo, acc.num_processes)  # fails before anything heavy loads
+    plan = B.make_plan(cfg.grpo, acc.num_processes)  # so does a batch plan that does not add up
     check_backend(cfg, sharded(acc))
     configure_deepspeed(cfg, acc, plan)
     out_dir = Path(cfg.out_dir)

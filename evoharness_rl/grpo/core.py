@@ -1,15 +1,8 @@
-"""The cost-aware GRPO algorithm core: rewards, schedules, group advantages, the policy loss.
+"""The cost-aware GRPO algorithm core: group advantages, step advantages, the horizon schedule, the policy loss.
 
 Pure functions of numbers and tensors (no I/O, no model), so each piece can be read
-against the paper and tested against hand-computed values.
-
-Reward of a trajectory tau at policy update u (paper Sec. 2.3, Eq. 5):
-
-    R(tau; u) = R_GRPO(tau) + lambda_div(u) * R_div(tau) + lambda_eff * R_eff(tau)
-    R_GRPO    = success_scale * 1[won] - invalid_penalty * #invalid - repeat_penalty * min(#repeats, repeat_cap)
-    R_div     = |verbs used in tau  ∩  {track, commit, recall, note}| / 4
-    lambda_div(u) = lambda_div_max / 2 * (1 + cos(pi * min(u, U) / U))
-    R_eff     = 1[won] * (T_max - |tau|) / T_max        (|tau| counts env + harness + invalid steps)
+against the paper and tested against hand-computed values. The reward R(tau; u) they
+start from is `evoharness_rl/reward.py` (scored once per episode by the rollout engine).
 
 Advantages (GRPO, Shao et al. 2024): rewards are centred within each task's group and
 divided by a scale (`scale`):
@@ -37,6 +30,12 @@ episodes, or several times in one (a loop of rejected actions), forms a step gro
 compares the returns that followed each action taken there; a state seen once gives no step
 advantage. As in GiGPO the anchor is the environment's observation, not the whole prompt
 (history and harness views differ between episodes that stand in the same state).
+Two options move this towards GiGPO exactly (defaults: as described above):
+- `grpo.step_anchor=observation`: the anchor is the observation text each turn was shown, so
+  a rejected action ("Nothing happens.") or a harness view starts a state of its own instead
+  of leaving the turn in the state of the last environment action;
+- `grpo.step_keep_tied_groups`: a group whose episode rewards tie (no trajectory advantage)
+  still gets step advantages; by default its turns get none.
 
 Policy loss (PPO clipped surrogate, per token t of sequence i):
 
@@ -44,6 +43,11 @@ Policy loss (PPO clipped surrogate, per token t of sequence i):
     pg_loss    = max(-A_i * ratio, -A_i * clip(ratio, 1 - eps, 1 + eps))
     kl         = exp(ref_logp - logp) - (ref_logp - logp) - 1      (k3 estimator of KL(pi || pi_ref))
     token_loss = pg_loss + kl_coef * kl - entropy_coef * entropy
+
+The k3 term is unbounded: one token the policy has moved far from the reference (log-ratio 10 gives
+k3 ~ 22,000) can dominate a mini-batch. With `kl_clamp` (grpo.kl_clamp, as verl's `kl_penalty`) the
+log-ratio ref_logp - logp is clamped to [-20, 20] and k3 to at most 10; a clamped token's KL gradient
+is 0. `kl_ref_max` reports the largest *unclamped* k3 of the batch, so a clamp that bites is seen.
 
 Token aggregation (`agg`):
 - `token_mean`: sum of token_loss over every loss token of the mini-batch / number of
@@ -67,58 +71,15 @@ averaged over processes by DDP, is exactly the mini-batch mean.
 
 from __future__ import annotations
 
-import math
-from typing import Iterable
-
 import torch
 
-from evoharness_rl.harness.protocol import HARNESS_VERBS
+from evoharness_rl.config import ADVANTAGE_SCALES, LOSS_AGGREGATIONS, STEP_ANCHORS  # the choices, stated once
 
-LOSS_AGGREGATIONS = ("token_mean", "seq_mean", "traj_mean")
-ADVANTAGE_SCALES = ("group", "batch", "none")
-
-
-# ----------------------------------------------------------------------------- rewards
+KL_LOG_RATIO_BOUND = 20.0  # kl_clamp: ref_logp - logp clamped to [-20, 20] (verl)
+KL_K3_MAX = 10.0  # kl_clamp: k3 clamped to at most 10 (verl)
 
 
-def r_grpo(won: bool, invalid_count: int, repeat_count: int, cfg) -> float:
-    """Base reward: success minus penalties for invalid actions and (capped) consecutive repeats."""
-    repeats = min(repeat_count, cfg.repeat_cap)
-    return cfg.success_scale * float(won) - cfg.invalid_penalty * invalid_count - cfg.repeat_penalty * repeats
-
-
-def r_div(verbs_used: Iterable[str]) -> float:
-    """Diversity bonus: the fraction of the four BPE verbs used at least once."""
-    return len(set(verbs_used) & set(HARNESS_VERBS)) / len(HARNESS_VERBS)
-
-
-def lambda_div(u: int, lambda_max: float, anneal_updates: int) -> float:
-    """Cosine-annealed diversity weight: lambda_max at u=0, lambda_max/2 at U/2, 0 from u=U on."""
-    if anneal_updates <= 0:
-        raise ValueError(f"anneal_updates={anneal_updates} must be > 0 (the annealing horizon U in updates)")
-    progress = min(max(u, 0), anneal_updates) / anneal_updates
-    return lambda_max / 2.0 * (1.0 + math.cos(math.pi * progress))
-
-
-def r_eff(won: bool, steps: int, max_steps: int) -> float:
-    """Success-gated efficiency: the unused share of the step budget, 0 for failures."""
-    if max_steps <= 0:
-        raise ValueError(f"max_steps={max_steps} must be > 0 (the episode's step budget T_max)")
-    return float(won) * (max_steps - min(steps, max_steps)) / max_steps
-
-
-def reward_components(traj, reward_cfg, update_index: int) -> dict[str, float]:
-    """All reward terms of one trajectory at policy update `update_index`.
-
-    `traj` is a `rollout.trajectory.Trajectory`; `reward_cfg` a `config.RewardConfig`.
-    Returns {"r_grpo", "r_div", "lambda_div", "r_eff", "total"}.
-    """
-    base = r_grpo(traj.won, traj.invalid_count, traj.repeat_count, reward_cfg)
-    div = r_div(traj.verbs_used)
-    lam = lambda_div(update_index, reward_cfg.lambda_div_max, reward_cfg.anneal_updates)
-    eff = r_eff(traj.won, traj.steps, traj.max_steps)
-    total = base + lam * div + reward_cfg.lambda_eff * eff
-    return {"r_grpo": base, "r_div": div, "lambda_div": lam, "r_eff": eff, "total": total}
+# ----------------------------------------------------------------------- schedules
 
 
 def horizon(u: int, updates: int, curriculum: list[int], default: int) -> int:
@@ -181,13 +142,19 @@ def turn_rewards(traj, reward_cfg, total: float) -> list[float]:
     return rewards
 
 
-def anchor_states(turns) -> list[str | None]:
-    """The environment state each turn acted in: the observation of the last environment action before it
-    (None for the start state). Invalid actions and harness calls leave the state as it was."""
+def anchor_states(turns, anchor: str = "env_state") -> list[str | None]:
+    """What makes two turns "the same state" (module docstring), for each turn; None for the start state.
+
+    env_state: the observation of the last environment action before the turn (invalid actions and harness
+    calls leave the state as it was). observation: the observation text the turn was shown, whatever the
+    previous turn was (GiGPO's anchor: a rejection message or a harness view is a state of its own).
+    """
+    if anchor not in STEP_ANCHORS:
+        raise ValueError(f"anchor={anchor!r}; expected one of {STEP_ANCHORS}")
     states, state = [], None
     for turn in turns:
         states.append(state)
-        if turn.action_kind == "env":
+        if anchor == "observation" or turn.action_kind == "env":
             state = turn.observation
     return states
 
@@ -217,16 +184,19 @@ def policy_loss(
     agg: str = "token_mean",
     denom: float | None = None,
     traj_tokens: torch.Tensor | None = None,  # [B] agg="traj_mean": loss tokens of each row's whole trajectory
+    kl_clamp: bool = True,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss with k3 KL to the reference and an entropy bonus (see module docstring).
 
     Masked positions never contribute a value or a gradient: log-ratios are zeroed there
     before `exp`, so garbage logprobs on padding cannot produce inf/NaN gradients.
     `denom` overrides the normaliser (see module docstring); None: this batch's own count.
-    Returns (scalar loss, stats) with stats averaged over loss tokens (`ratio_max`: their largest ratio).
+    `kl_clamp` bounds the k3 term (module docstring).
+    Returns (scalar loss, stats) with stats averaged over loss tokens (`ratio_max`: their largest ratio,
+    `kl_ref_max`: their largest unclamped k3).
     """
     loss, stats = policy_loss_tensors(logp, old_logp, adv, mask, clip_eps, ref_logp, kl_coef, entropy, entropy_coef,
-                                      agg, denom, traj_tokens)
+                                      agg, denom, traj_tokens, kl_clamp)
     return loss, {k: float(v) for k, v in stats.items()}
 
 
@@ -243,6 +213,7 @@ def policy_loss_tensors(
     agg: str = "token_mean",
     denom: float | None = None,
     traj_tokens: torch.Tensor | None = None,
+    kl_clamp: bool = True,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`policy_loss` with its statistics left as 0-d tensors on the loss's device: the trainer sums them over
     micro-batches and copies them to the host once per optimizer step instead of once per statistic."""
@@ -263,10 +234,17 @@ def policy_loss_tensors(
     pg_loss1 = -adv[:, None] * ratio  # [B, L]
     pg_loss2 = -adv[:, None] * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)  # [B, L]
     token_loss = torch.maximum(pg_loss1, pg_loss2)  # [B, L]
-    kl = zeros
+    kl = kl_max = zeros
     if ref_logp is not None:
         ref_log_ratio = torch.where(mask, ref_logp - logp, zeros)  # [B, L]
+        with torch.no_grad():  # float64: the unclamped k3 stays finite up to a log-ratio of ~700
+            wide = ref_log_ratio.double()
+            kl_max = torch.exp(wide) - wide - 1.0  # [B, L] unclamped k3, for the statistic only
+        if kl_clamp:
+            ref_log_ratio = ref_log_ratio.clamp(-KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)
         kl = torch.exp(ref_log_ratio) - ref_log_ratio - 1.0  # [B, L] k3 >= 0
+        if kl_clamp:
+            kl = kl.clamp(max=KL_K3_MAX)
         token_loss = token_loss + kl_coef * kl
     if entropy is not None:
         token_loss = token_loss - entropy_coef * entropy
@@ -280,6 +258,8 @@ def policy_loss_tensors(
             "clip_frac": ((pg_loss2 > pg_loss1) & mask).sum() / n,
             "approx_kl": torch.where(mask, ratio - 1.0 - log_ratio, zeros).sum() / n,  # k3 of KL(old || new)
             "kl_ref": torch.where(mask, kl, zeros).sum() / n,
+            "kl_ref_max": (torch.where(mask, kl_max, kl_max.new_zeros(())).max().to(logp.dtype) if mask.numel()
+                           else zero),  # the largest unclamped k3 (0 when no loss token or no reference)
             "entropy": torch.where(mask, entropy, zeros).sum() / n if entropy is not None else zero,
             "ratio_mean": torch.where(mask, ratio, zeros).sum() / n,
             "ratio_max": torch.where(mask, ratio, zeros).max() if mask.numel() else zero,  # 0 when no loss token

@@ -9,6 +9,7 @@ import torch
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 LOSS_STATS = ("clip_frac", "approx_kl", "kl_ref", "entropy", "ratio_mean")  # token means from core.policy_loss
+MAX_STATS = ("ratio_max", "kl_ref_max")  # maxima over loss tokens from core.policy_loss
 
 
 class StatSums:
@@ -19,7 +20,7 @@ class StatSums:
     def __init__(self):
         self.weighted = dict.fromkeys(LOSS_STATS, 0.0)
         self.counts = dict.fromkeys(self.COUNTS, 0.0)
-        self.ratio_max = 0.0  # the largest importance ratio of any loss token
+        self.maxima = dict.fromkeys(MAX_STATS, 0.0)  # the largest importance ratio / unclamped k3 of any loss token
         self.bad_reason: Optional[str] = None
 
     def add_tokens(self, stats: dict) -> None:
@@ -27,7 +28,8 @@ class StatSums:
         for k in LOSS_STATS:
             self.weighted[k] += stats[k] * stats["tokens"]
         self.counts["loss_tokens"] += stats["tokens"]
-        self.ratio_max = max(self.ratio_max, stats["ratio_max"])
+        for k in MAX_STATS:
+            self.maxima[k] = max(self.maxima[k], stats[k])
 
     def count(self, key: str, value: float) -> None:
         self.counts[key] += value
@@ -37,7 +39,8 @@ class StatSums:
             self.weighted[k] += v
         for k, v in other.counts.items():
             self.counts[k] += v
-        self.ratio_max = max(self.ratio_max, other.ratio_max)
+        for k in MAX_STATS:
+            self.maxima[k] = max(self.maxima[k], other.maxima[k])
 
     def means(self, accelerator: Any) -> dict:
         local = [self.weighted[k] for k in LOSS_STATS] + [self.counts[k] for k in self.COUNTS]
@@ -45,7 +48,8 @@ class StatSums:
         world = accelerator.num_processes
         tokens, steps, step_s = summed["loss_tokens"], summed["optimizer_steps"] / world, summed["step_s"] / world
         out = {k: summed[k] / tokens if tokens else 0.0 for k in LOSS_STATS}
-        out["ratio_max"] = max(gather_objects(accelerator, [self.ratio_max]))
+        for k, values in zip(MAX_STATS, zip(*gather_objects(accelerator, [tuple(self.maxima.values())]))):
+            out[k] = max(values)
         out.update(
             # each process's loss is its share of the mini-batch objective (scaled by W): the mean is the objective
             loss=summed["loss_sum"] / world / steps if steps else 0.0,

@@ -5,8 +5,9 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
     tasks    <- next prompts_per_update train tasks (seeded stream; each process takes its share)
     snapshot <- Experience bank, frozen for the whole batch
     trajs    <- group_size episodes per task with the current policy      (RolloutEngine)
-    rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff          (core.reward_components)
-    adv      <- centred within each task's group, scaled by grpo.scale_rewards    (core.group_advantages)
+    rewards  <- R_GRPO + lambda_div(u) R_div + lambda_eff R_eff   (reward.reward_components, scored by the engine)
+    adv      <- the grpo.advantage_estimator of the rewards (default: centred within each task's group, scaled by
+                grpo.scale_rewards, core.group_advantages; estimators.py registers others)
                 (+ omega x each turn's step-level advantage, grpo.step_advantage_weight  (step_advantages))
     ref      <- one no-grad pass over the update's samples: reference (and recomputed old) logprobs
     for each inner epoch, for each mini-batch of trajectories:
@@ -24,8 +25,10 @@ logprobs, so there is no extra forward pass before training, and vLLM/HF numeric
 differences show up as ratios != 1 rather than being hidden; `grpo.old_logprobs=recompute`
 pays one no-grad forward to recompute them instead); trajectories the infrastructure failed
 (`Trajectory.error`) are dropped, and a group is standardised over its remaining members.
-Groups whose rewards are all equal carry no signal: they are left out of the loss entirely
-(no policy, KL or entropy gradient) and counted in `zero_std_groups`.
+Groups whose rewards are all equal (`zero_std_groups`) carry no policy-gradient signal: their
+advantage is 0, but they stay in the loss for its KL (and entropy) term, as in TRL and verl, so a
+collapsed batch still pulls the policy back towards the reference. With grpo.kl_coef and
+grpo.entropy_coef both 0 their loss is identically 0 and they are left out.
 
 Distributed (accelerate: DDP, FSDP, DeepSpeed): every process runs its own environment
 pool and rollout backend on its share of the prompts; a task's group never crosses
@@ -50,10 +53,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from evoharness_rl import reward
 from evoharness_rl.engines.base import derive_seed
 from evoharness_rl.grpo import batch as B
 from evoharness_rl.grpo import checkpoint as ckpt
 from evoharness_rl.grpo import core
+from evoharness_rl.grpo.estimators import check_adv_est
 from evoharness_rl.grpo.build import Run, setup, sharded
 from evoharness_rl.grpo.metrics import StatSums, gather_objects, memory_metrics, rollout_metrics
 from evoharness_rl.grpo.policy import packing_works, token_logprobs
@@ -102,7 +107,7 @@ def train_update(run: Run, u: int) -> dict:
     snapshot = run.bank.snapshot() if run.bank is not None else None  # one frozen snapshot for the whole batch
     trajs = rollout(run, tasks, u, snapshot)
     clock.lap("rollout_s")
-    scored = score(run, trajs, u)  # rewards and group-normalised advantages
+    scored = score(run, trajs)  # group-normalised advantages of the rewards the engine stored
     keep_trajectories(run, u, scored)
     train = optimise(run, scored, u)  # inner epochs x mini-batches of AdamW steps
     clock.lap("train_s")
@@ -181,52 +186,55 @@ class Scored:
     trains: list[bool]  # the trajectory contributes to the loss
     zero_std_groups: int  # groups (over all processes) whose rewards had no variance
     bad_reason: Optional[str] = None  # set when the update must be skipped (all processes agree)
+    tied: list[bool] = field(default_factory=list)  # the trajectory's group had no variance (advantage 0)
     turn_advantages: dict[int, list[float]] = field(default_factory=dict)  # grpo.step_advantage_weight > 0: omega *
     # the step advantage of each turn of each trajectory that trains (added to the trajectory's advantage)
     anchored_turns: Optional[float] = None  # share of those turns whose state recurs in their group (None: off)
 
 
-def score(run: Run, trajs: list, u: int) -> Scored:
-    """Reward components for every trajectory, then group-normalised advantages."""
+def score(run: Run, trajs: list) -> Scored:
+    """Group-normalised advantages of the rewards the rollout engine stored on each trajectory."""
     cfg = run.cfg
     groups = _group_ids(run, len(trajs))
     valid = [i for i, t in enumerate(trajs) if t.error is None]
-    for i in valid:
-        trajs[i].rewards = core.reward_components(trajs[i], cfg.reward, u)
-    totals = [trajs[i].rewards["total"] for i in valid]
-    advantages, trains, zero_groups = [0.0] * len(trajs), [False] * len(trajs), 0
+    totals = [_total(trajs[i]) for i in valid]
+    advantages, trains, tied, zero_groups = [0.0] * len(trajs), [False] * len(trajs), [False] * len(trajs), 0
+    regularised = cfg.grpo.kl_coef > 0 or cfg.grpo.entropy_coef > 0  # tied groups keep their KL / entropy terms
+    keep_tied = cfg.grpo.step_advantage_weight > 0 and cfg.grpo.step_keep_tied_groups  # ... or step advantages
     bad = next((f"non-finite reward {r!r} for task {trajs[i].task_id!r}"
                 for i, r in zip(valid, totals) if not math.isfinite(r)), None)
     everyone = [r for part in gather_objects(run.accelerator, [totals]) for r in part if math.isfinite(r)]
     batch_std = statistics.stdev(everyone) if len(everyone) > 1 else 0.0  # for grpo.scale_rewards=batch
     if valid and bad is None:
-        adv, zero = core.group_advantages(torch.tensor(totals, dtype=torch.float64),
-                                          torch.tensor([groups[i] for i in valid]), cfg.grpo.adv_eps,
-                                          scale=cfg.grpo.scale_rewards, batch_std=batch_std)
+        estimator = check_adv_est(cfg.grpo.advantage_estimator)
+        adv, zero = estimator(torch.tensor(totals, dtype=torch.float64), torch.tensor([groups[i] for i in valid]),
+                              cfg.grpo, batch_std)
         for i, a, z in zip(valid, adv.tolist(), zero.tolist()):
-            advantages[i], trains[i] = a, not z
+            advantages[i], trains[i], tied[i] = a, regularised or keep_tied or not z, z
         zero_groups = len({groups[i] for i, z in zip(valid, zero.tolist()) if z})
     bad_flags = gather_objects(run.accelerator, [bad])
     bad = next((b for b in bad_flags if b), None)
-    scored = Scored(trajs, advantages, trains, sum(gather_objects(run.accelerator, [zero_groups])), bad)
+    scored = Scored(trajs, advantages, trains, sum(gather_objects(run.accelerator, [zero_groups])), bad, tied=tied)
     if cfg.grpo.step_advantage_weight > 0 and bad is None:
-        scored.turn_advantages, scored.anchored_turns = step_advantages(run, trajs, groups, trains)
+        signal = [t and (keep_tied or not z) for t, z in zip(trains, tied)]
+        scored.turn_advantages, scored.anchored_turns = step_advantages(run, trajs, groups, signal)
     return scored
 
 
-def step_advantages(run: Run, trajs: list, groups: list[int], trains: list[bool]) -> tuple[dict, float]:
-    """omega * the step-level advantage of every turn of the trajectories that train (grpo/core.py, GiGPO): turns
-    taken in the same environment state in the same group are compared by their discounted returns. Also returns
-    the share of those turns whose state recurs (the rest get 0)."""
+def step_advantages(run: Run, trajs: list, groups: list[int], members: list[bool]) -> tuple[dict, float]:
+    """omega * the step-level advantage of every turn of the trajectories in `members` (those that train and whose
+    group's rewards differ; with grpo.step_keep_tied_groups every one that trains) (grpo/core.py, GiGPO): turns
+    taken in the same state (grpo.step_anchor) in the same group are compared by their discounted returns. Also
+    returns the share of those turns whose state recurs (the rest get 0)."""
     g = run.cfg.grpo
     anchor_of: dict[tuple, int] = {}
     anchors, returns, owners = [], [], []
     for i, traj in enumerate(trajs):
-        if not trains[i]:
+        if not members[i]:
             continue
         turn_rewards = core.turn_rewards(traj, run.cfg.reward, traj.rewards["total"])
         for turn, ret, state in zip(traj.turns, core.discounted_returns(turn_rewards, g.step_gamma),
-                                    core.anchor_states(traj.turns)):
+                                    core.anchor_states(traj.turns, g.step_anchor)):
             anchors.append(anchor_of.setdefault((groups[i], state), len(anchor_of)))
             returns.append(ret)
             owners.append(i)
@@ -241,6 +249,13 @@ def step_advantages(run: Run, trajs: list, groups: list[int], trains: list[bool]
         out[i].append(g.step_advantage_weight * a)
     counts = collections.Counter(anchors)
     return out, sum(counts[a] > 1 for a in anchors) / len(anchors)
+
+
+def _total(traj) -> float:
+    if "total" not in traj.rewards:
+        raise ValueError(f"trajectory of task {traj.task_id!r} has no reward: the rollout engine scores episodes only "
+                         "when built with reward_cfg (grpo/build.py passes cfg.reward)")
+    return traj.rewards["total"]
 
 
 def _group_ids(run: Run, n: int) -> list[int]:
@@ -394,7 +409,8 @@ def micro_loss(run: Run, batch: B.MicroBatch, denom: float):
     logp, entropy = token_logprobs(run.model, batch, "grad" if g.entropy_coef > 0 else "detached",
                                    run.cfg.grpo.temperature)  # [B, K] x2
     return core.policy_loss_tensors(logp, batch.old_logp, batch.adv, batch.loss_mask, g.clip_eps, ref_logp,
-                                    g.kl_coef, entropy, g.entropy_coef, g.loss_agg, denom, batch.traj_tokens)
+                                    g.kl_coef, entropy, g.entropy_coef, g.loss_agg, denom, batch.traj_tokens,
+                                    g.kl_clamp)
 
 
 def _host(step_stats: list[dict]) -> list[dict]:
@@ -532,7 +548,7 @@ def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, e
     cfg = run.cfg
     return {
         "update": u,
-        "lambda_div": core.lambda_div(u, cfg.reward.lambda_div_max, cfg.reward.anneal_updates),
+        "lambda_div": reward.lambda_div(u, cfg.reward.lambda_div_max, cfg.reward.anneal_updates),
         "horizon": train_horizon(cfg, u),
         **rollout_metrics(run.accelerator, trajs, run.engine.stats),
         "zero_std_groups": scored.zero_std_groups,
@@ -560,8 +576,10 @@ def greedy_members(run: Run, trajs: list) -> dict:
 
 
 def advantage_spread(run: Run, scored: Scored) -> dict:
-    """How much signal the update carries: mean |A| and the extremes over the trajectories that train."""
-    adv = [a for a, trains in zip(scored.advantages, scored.trains) if trains]
+    """How much signal the update carries: mean |A| and the extremes over the trajectories that train and whose
+    group's rewards differ."""
+    tied = scored.tied or [False] * len(scored.trains)
+    adv = [a for a, trains, z in zip(scored.advantages, scored.trains, tied) if trains and not z]
     everything = gather_objects(run.accelerator, adv)
     if not everything:
         return {"adv_abs_mean": 0.0, "adv_min": 0.0, "adv_max": 0.0}

@@ -69,6 +69,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
+from evoharness_rl import reward
 from evoharness_rl.engines.base import (Completion, GenerationBackend, GenerationRequest, SamplingSettings,
                                         StreamingBackend, derive_seed)
 from evoharness_rl.harness.workspace import ExperienceReader, HarnessSwitches
@@ -161,7 +162,7 @@ class RolloutEngine:
         self.max_live_episodes = max_live_episodes
         self.harness_rate = harness_rate  # scripted teacher: how often it uses BPE verbs
         self.slip_rate = slip_rate  # scripted teacher: share of turns replaced by a rejected plausible mistake
-        self.reward_cfg = reward_cfg  # config.RewardConfig: store reward components in each record
+        self.reward_cfg = reward_cfg  # config.RewardConfig: score each episode once as it ends (record.rewards)
         self.schedule = schedule  # pipelined | lockstep (module docstring)
         self.stats = RolloutStats()
         self._capped: list[_Live] = []  # episodes of this turn at the trajectory cap (`_generate` -> `_step`)
@@ -501,10 +502,8 @@ class RolloutEngine:
     def _done(self, index: int, record: Trajectory) -> None:
         if record.error is not None:
             self.stats.errors += 1
-        elif self.reward_cfg is not None:
-            from evoharness_rl.grpo.core import reward_components
-
-            record.rewards = reward_components(record, self.reward_cfg, self._update_index)
+        elif self.reward_cfg is not None:  # the one place an episode is scored (GRPO reads it from the record)
+            record.rewards = reward.reward_components(record, self.reward_cfg, self._update_index)
         self._results[index] = record
         self._bar.advance()
         if self._on_finish is not None:

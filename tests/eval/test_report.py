@@ -154,3 +154,70 @@ def test_prompt_variants_are_told_apart(tmp_path):
     assert "| stripped_valid_seen | EvoHarness | adaptive (stripped prompt) |" in text
     pairs = [line for line in text.splitlines() if line.startswith("| alfworld | EvoHarness | adaptive")]
     assert len(pairs) == 2 and any("| 3.00 | 2.00 |" in p for p in pairs) and any("| 1.00 | 0.67 |" in p for p in pairs)
+
+
+# ------------------------------------------------------------------ paired comparison (demo table)
+
+
+def test_paired_difference_of_identical_runs_is_zero():
+    from evoharness_rl.eval.report import paired_difference
+
+    runs = {"t1": 1.0, "t2": 0.0, "t3": 0.5}
+    assert paired_difference(runs, dict(runs)) == {"diff": 0.0, "ci95": [0.0, 0.0], "tasks": 3}
+
+
+def test_paired_difference_of_a_run_that_wins_every_task_is_one():
+    from evoharness_rl.eval.report import paired_difference
+
+    out = paired_difference({"t1": 1.0, "t2": 1.0}, {"t1": 0.0, "t2": 0.0, "t9": 1.0})  # t9: only one ran it
+    assert out == {"diff": 1.0, "ci95": [1.0, 1.0], "tasks": 2}
+
+
+def test_paired_difference_interval_by_hand():
+    from evoharness_rl.eval.report import ReportError, paired_difference
+
+    # differences per task: 1, 0, 0, 0 -> mean 0.25; a resample's mean is k/4 for k of its 4 picks landing on t1
+    a, b = {"t1": 1.0, "t2": 1.0, "t3": 0.0, "t4": 0.0}, {"t1": 0.0, "t2": 1.0, "t3": 0.0, "t4": 0.0}
+    out = paired_difference(a, b)
+    # k ~ Binomial(4, 1/4): P(k=0) = 0.316 > 2.5%, so the low end is 0; P(k>=3) = 0.051 > 2.5% > P(k=4) = 0.004,
+    # so the high end is 3/4
+    assert out["diff"] == 0.25 and out["ci95"] == [0.0, 0.75]
+    assert paired_difference(a, b) == out  # fixed seed: reproducible
+    with pytest.raises(ReportError, match="no task in common"):
+        paired_difference({"x": 1.0}, {"y": 0.0})
+
+
+def test_per_task_success_averages_a_task_s_episodes_and_skips_errors(tmp_path):
+    from evoharness_rl.eval.report import per_task_success
+
+    folder = tmp_path / "eval" / "trajectories"
+    folder.mkdir(parents=True)
+    records = [("a", True, None), ("a", False, None), ("b", True, None), ("b", False, "env crashed")]
+    for k, (task, won, error) in enumerate(records):
+        (folder / f"{k}.json").write_text(json.dumps({"task_id": task, "won": won, "error": error}))
+    assert per_task_success(tmp_path / "eval") == {"a": 0.5, "b": 1.0}
+
+
+def test_demo_table_gives_every_grpo_row_its_difference_to_sft(tmp_path, capsys):
+    from tests.fakes.scripts import load_script
+
+    script = load_script("demo_table")
+    won = {"untrained": [0, 0, 0, 0], "sft": [1, 0, 0, 0], "grpo": [1, 1, 1, 1]}  # per task t0..t3
+    for model, bank in script.ROWS:
+        for split in script.SPLITS:
+            d = tmp_path / f"eval_{model}_{bank}_{split}"
+            (d / "trajectories").mkdir(parents=True)
+            (d / "summary.json").write_text(json.dumps({"success_rate": sum(won[model]) / 4, "episodes": 4,
+                                                        "harness_calls_per_episode": 1.0,
+                                                        "invalid_actions_per_episode": 2.0}))
+            for t, w in enumerate(won[model]):
+                (d / "trajectories" / f"t{t}.json").write_text(json.dumps({"task_id": f"t{t}", "won": bool(w)}))
+    script.main(str(tmp_path))
+    rows = json.loads((tmp_path / "report" / "table.json").read_text())
+    grpo = [r for r in rows if r["model"] == "grpo"]
+    assert len(grpo) == 4 and all("vs_sft" not in r for r in rows if r["model"] != "grpo")
+    for row in grpo:  # differences 0, 1, 1, 1: mean 0.75
+        assert row["vs_sft"]["diff"] == 0.75 and row["vs_sft"]["tasks"] == 4
+        low, high = row["vs_sft"]["ci95"]
+        assert 0.0 <= low < 0.75 < high <= 1.0
+    assert "| none | +75.0 pts [" in capsys.readouterr().out

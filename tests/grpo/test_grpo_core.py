@@ -14,71 +14,6 @@ from evoharness_rl.rollout.trajectory import Trajectory
 E = math.e
 
 
-def test_r_grpo_penalises_invalid_and_capped_repeats():
-    cfg = RewardConfig(success_scale=10.0, invalid_penalty=0.1, repeat_penalty=0.1, repeat_cap=10)
-    # 10 * 1 - 0.1 * 3 - 0.1 * min(12, 10) = 10 - 0.3 - 1.0 = 8.7
-    assert core.r_grpo(True, 3, 12, cfg) == pytest.approx(8.7)
-    # failure: 0 - 0.1 * 2 - 0.1 * 1 = -0.3
-    assert core.r_grpo(False, 2, 1, cfg) == pytest.approx(-0.3)
-
-
-def test_r_div_counts_distinct_bpe_verbs_only():
-    assert core.r_div({"track", "note", "go to shelf 1"}) == 0.5  # 2 of 4
-    assert core.r_div(["recall", "recall", "commit", "track", "note"]) == 1.0
-    assert core.r_div(set()) == 0.0
-
-
-@pytest.mark.parametrize(
-    "u, expected",
-    [
-        (0, 1.0),  # 1/2 * (1 + cos 0) = 1
-        (25, 0.5 * (1 + math.cos(math.pi / 4))),  # 0.853553...
-        (50, 0.5),  # 1/2 * (1 + cos(pi/2)) = 0.5
-        (100, 0.0),  # 1/2 * (1 + cos(pi)) = 0
-        (250, 0.0),  # min(u, U) = U: stays 0 after annealing
-    ],
-)
-def test_lambda_div_follows_cosine_schedule(u, expected):
-    assert core.lambda_div(u, lambda_max=1.0, anneal_updates=100) == pytest.approx(expected, abs=1e-12)
-
-
-def test_lambda_div_scales_with_lambda_max_and_is_monotone():
-    values = [core.lambda_div(u, 0.02, 30) for u in range(40)]
-    assert values[0] == pytest.approx(0.02)
-    assert all(a >= b for a, b in zip(values, values[1:]))
-    assert values[-1] == 0.0
-    with pytest.raises(ValueError, match="anneal_updates"):
-        core.lambda_div(0, 1.0, 0)
-
-
-def test_r_eff_is_success_gated_share_of_unused_budget():
-    assert core.r_eff(True, 20, 70) == pytest.approx(50 / 70)
-    assert core.r_eff(False, 20, 70) == 0.0
-    assert core.r_eff(True, 70, 70) == 0.0
-    with pytest.raises(ValueError, match="max_steps"):
-        core.r_eff(True, 1, 0)
-
-
-def test_reward_components_of_a_trajectory():
-    traj = Trajectory(task_id="t", family="f", env="e", won=True, steps=10, max_steps=50, invalid_count=1,
-                      repeat_count=2, harness_calls={"track": 2, "recall": 1, "note": 0})
-    cfg = RewardConfig(success_scale=10.0, invalid_penalty=0.1, repeat_penalty=0.1, repeat_cap=10,
-                       lambda_div_max=1.0, anneal_updates=100, lambda_eff=1.0)
-    out = core.reward_components(traj, cfg, update_index=50)
-    # r_grpo = 10 - 0.1 - 0.2 = 9.7; r_div = |{track, recall}| / 4 = 0.5 (note used 0 times)
-    # lambda_div(50 of 100) = 0.5; r_eff = (50 - 10) / 50 = 0.8; total = 9.7 + 0.25 + 0.8 = 10.75
-    assert out == pytest.approx({"r_grpo": 9.7, "r_div": 0.5, "lambda_div": 0.5, "r_eff": 0.8, "total": 10.75})
-
-
-def test_ablations_zero_their_terms():
-    traj = Trajectory(task_id="t", family="f", env="e", won=True, steps=10, max_steps=50,
-                      harness_calls={"track": 1, "commit": 1, "recall": 1, "note": 1})
-    no_div = core.reward_components(traj, RewardConfig(lambda_div_max=0.0), 0)
-    no_eff = core.reward_components(traj, RewardConfig(lambda_eff=0.0), 0)
-    assert no_div["total"] == pytest.approx(10.0 + 0.8)  # r_grpo + r_eff
-    assert no_eff["total"] == pytest.approx(10.0 + 1.0)  # r_grpo + lambda_div(0) * 1
-
-
 def test_horizon_curriculum_phases():
     budgets = [core.horizon(u, 300, [8, 10, 15], 70) for u in (0, 99, 100, 199, 200, 299, 400)]
     assert budgets == [8, 8, 10, 10, 15, 15, 15]
@@ -203,6 +138,27 @@ def test_policy_loss_kl_and_entropy_by_hand():
     assert stats["entropy"] == pytest.approx(2.0)
 
 
+def test_kl_clamp_bounds_k3_by_hand():
+    # ref - logp per token: 25, 12, 1, -30 (logp -25, -12, -1, 0 against ref 0, 0, 0, -30)
+    logp = torch.tensor([[-25.0, -12.0, -1.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[0.0, 0.0, 0.0, -30.0]], dtype=torch.float64)
+    adv, mask = torch.zeros(1, dtype=torch.float64), torch.ones(1, 4)
+    loss, stats = core.policy_loss(logp, logp.detach(), adv, mask, ref_logp=ref, kl_coef=0.5)
+    # clamped log-ratio: 20, 12, 1, -20; k3 = e^d - d - 1: e^20 - 21, e^12 - 13 = 162741.8, e - 2, e^-20 + 19
+    # k3 clamped to 10: 10, 10, e - 2, 10 -> loss = 0.5 * (30 + e - 2) / 4 (advantage 0: no policy-gradient term)
+    assert loss.item() == pytest.approx(0.5 * (30 + E - 2) / 4)
+    assert stats["kl_ref"] == pytest.approx((30 + E - 2) / 4)
+    assert stats["kl_ref_max"] == pytest.approx(math.exp(25) - 26)  # the unclamped k3 of token 0
+    (grad,) = torch.autograd.grad(loss, logp)
+    # only token 2 is inside the clamp: d k3 / d logp = 1 - e^(ref - logp) = 1 - e, times 0.5 / 4
+    assert grad[0].tolist() == pytest.approx([0.0, 0.0, 0.5 * (1 - E) / 4, 0.0])
+
+    loss, stats = core.policy_loss(logp, logp.detach(), adv, mask, ref_logp=ref, kl_coef=0.5, kl_clamp=False)
+    unclamped = [math.exp(25) - 26, math.exp(12) - 13, E - 2, math.exp(-30) + 29]
+    assert loss.item() == pytest.approx(0.5 * sum(unclamped) / 4)
+    assert stats["kl_ref_max"] == pytest.approx(unclamped[0])
+
+
 def _loop_policy_loss(logp, old, adv, mask, clip_eps, ref, kl_coef, ent, ent_coef, agg):
     """The same loss, one token at a time, in plain Python."""
     seq_losses, total, n = [], 0.0, 0
@@ -314,3 +270,80 @@ def test_anchor_states_follow_environment_actions_only():
     turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", observation=obs)
              for k, (kind, obs) in enumerate(steps)]
     assert core.anchor_states(turns) == [None, "at desk", "at desk", "at desk"]
+
+
+def test_anchor_states_on_the_observation_text():
+    from evoharness_rl.rollout.trajectory import Turn
+
+    steps = [("env", "at desk"), ("invalid", "Nothing happens."), ("harness", "PLAN: ..."), ("env", "took mug")]
+    turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", observation=obs)
+             for k, (kind, obs) in enumerate(steps)]
+    # each turn acted on what the previous turn returned, whatever its kind (GiGPO)
+    assert core.anchor_states(turns, "observation") == [None, "at desk", "Nothing happens.", "PLAN: ..."]
+    with pytest.raises(ValueError, match="anchor='prompt'"):
+        core.anchor_states(turns, "prompt")
+
+
+def _tied_group_scored(anchor: str, keep_tied: bool):
+    """trainer.score on one tied group of two episodes (the options act there; the arithmetic is in the test)."""
+    from types import SimpleNamespace
+
+    from evoharness_rl.config import Config
+    from evoharness_rl.grpo.batch import make_plan
+    from evoharness_rl.grpo.trainer import score
+    from evoharness_rl.rollout.trajectory import Turn
+
+    cfg = Config()
+    cfg.reward.invalid_penalty, cfg.reward.repeat_penalty = 0.5, 0.0
+    g = cfg.grpo
+    g.prompts_per_update, g.group_size, g.mini_batch_trajectories = 1, 2, 2
+    g.step_gamma, g.scale_rewards, g.step_advantage_weight = 1.0, "none", 1.0
+    g.step_anchor, g.step_keep_tied_groups = anchor, keep_tied
+    run = SimpleNamespace(cfg=cfg, accelerator=SimpleNamespace(num_processes=1, process_index=0),
+                          plan=make_plan(g, 1))
+
+    def traj(steps):
+        turns = [Turn(index=k, messages=[], response="", action_kind=kind, action="a", observation=obs)
+                 for k, (kind, obs) in enumerate(steps)]
+        return Trajectory(task_id="t", family="f", env="e", turns=turns, rewards={"total": 1.0})
+
+    return score(run, [traj([("env", "at desk"), ("env", "done")]),
+                       traj([("invalid", "Nothing happens."), ("env", "at desk"), ("env", "done")])])
+
+
+def test_step_advantages_of_a_tied_group_by_hand():
+    # Both episodes earn 1.0: the group ties, its trajectory advantage is 0.
+    # A: turn rewards [0, 1.0] -> returns [1.0, 1.0]; B: [-0.5, 0, 1.5] (the last takes 1.0 + 0.5) -> [1.0, 1.5, 1.5]
+    scored = _tied_group_scored("env_state", keep_tied=False)
+    assert scored.advantages == [0.0, 0.0] and scored.turn_advantages == {}  # default: a tied group gets none
+
+    scored = _tied_group_scored("env_state", keep_tied=True)
+    # env_state anchors: A [start, desk], B [start, start, desk] (the rejected action leaves B at the start)
+    # start: returns 1.0 (A0), 1.0 (B0), 1.5 (B1), mean 7/6 -> -1/6, -1/6, +1/3
+    # desk: 1.0 (A1), 1.5 (B2), mean 1.25 -> -0.25, +0.25
+    assert scored.turn_advantages[0] == pytest.approx([-1 / 6, -0.25])
+    assert scored.turn_advantages[1] == pytest.approx([-1 / 6, 1 / 3, 0.25])
+    assert scored.anchored_turns == 1.0  # every turn shares its state with another
+
+
+def test_step_advantages_anchored_on_the_observation_by_hand():
+    scored = _tied_group_scored("observation", keep_tied=True)
+    # observation anchors: A [start, desk], B [start, "Nothing happens.", desk]
+    # start: 1.0 (A0), 1.0 (B0) -> 0, 0; "Nothing happens.": 1.5 (B1) alone -> 0; desk: -0.25, +0.25 as before
+    assert scored.turn_advantages[0] == pytest.approx([0.0, -0.25])
+    assert scored.turn_advantages[1] == pytest.approx([0.0, 0.0, 0.25])
+    assert scored.anchored_turns == pytest.approx(4 / 5)  # B1 is the only turn in its state
+
+
+def test_the_core_s_choices_are_the_ones_config_validates():
+    from evoharness_rl import config
+
+    assert core.LOSS_AGGREGATIONS is config.LOSS_AGGREGATIONS and core.ADVANTAGE_SCALES is config.ADVANTAGE_SCALES
+    assert core.STEP_ANCHORS is config.STEP_ANCHORS
+    for field, allowed in (("loss_agg", core.LOSS_AGGREGATIONS), ("scale_rewards", core.ADVANTAGE_SCALES),
+                           ("step_anchor", core.STEP_ANCHORS)):
+        cfg = config.Config()
+        setattr(cfg.grpo, field, "bogus")
+        with pytest.raises(config.ConfigError, match=f"grpo.{field}='bogus' is not valid; allowed values: "
+                                                     f"{', '.join(allowed)}"):
+            config.validate(cfg)

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from evoharness_rl.config import ConfigError
 from evoharness_rl.errors import Refusal
 from evoharness_rl.grpo import checkpoint as ckpt
-from evoharness_rl.grpo.core import lambda_div
+from evoharness_rl.reward import lambda_div
 from evoharness_rl.grpo.trainer import run_grpo
 from evoharness_rl.experience.history import read_history
 from evoharness_rl.runlog import read_metrics
@@ -29,7 +29,7 @@ COMPONENTS = (
     "success_rate", "reward/r_grpo", "reward/r_div", "reward/r_eff", "reward/total", "lambda_div",
     "harness_calls_per_episode", "harness/track_per_episode", "harness/commit_per_episode",
     "harness/recall_per_episode", "harness/note_per_episode", "invalid_rate", "repeat_rate", "kl_ref", "entropy",
-    "clip_frac", "approx_kl", "ratio_mean", "ratio_max", "adv_abs_mean", "adv_min", "adv_max", "grad_norm", "train_tokens_per_s", "rollout_tokens_per_s", "rollout_s",
+    "clip_frac", "approx_kl", "ratio_mean", "ratio_max", "kl_ref_max", "adv_abs_mean", "adv_min", "adv_max", "grad_norm", "train_tokens_per_s", "rollout_tokens_per_s", "rollout_s",
     "train_s", "rss_gb", "zero_std_groups", "errors", "token_capped_rate",
 )
 
@@ -62,7 +62,7 @@ def test_grpo_hf_end_to_end(warm_model_dir, tmp_path):
         missing = [k for k in COMPONENTS if k not in row]
         assert not missing, f"metrics lack {missing}"
         assert row["episodes"] == 8 and not row["skipped"]
-        assert row["optimizer_steps"] == (0 if row["zero_std_groups"] == 2 else 2)  # no signal, no step
+        assert row["optimizer_steps"] == 2  # tied groups too: they keep their KL term
     assert [r["lambda_div"] for r in rows] == pytest.approx([lambda_div(u, 1.0, 4) for u in (0, 1)])
     assert "val/success_rate" in rows[1] and rows[1]["val/episodes"] == 2
     assert {"val/success/a", "val/success/b"} <= rows[1].keys()  # stratified: both families of the split
@@ -162,14 +162,65 @@ def test_step_advantages_need_per_turn_context():
 
 
 @pytest.mark.slow
-def test_zero_variance_groups_train_nothing(warm_model_dir, tmp_path):
-    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1)
+@pytest.mark.parametrize("kl_coef", [0.0, 0.05])
+def test_zero_variance_groups_keep_only_their_kl_term(warm_model_dir, tmp_path, kl_coef):
+    """Tied groups have advantage 0 but stay in the loss for its KL term (TRL); without one they train nothing."""
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1, kl_coef=kl_coef, entropy_coef=0.0,
+                      weight_decay=0.0)
     for name in ("success_scale", "invalid_penalty", "repeat_penalty", "lambda_div_max", "lambda_eff"):
         setattr(cfg.reward, name, 0.0)  # every trajectory earns 0: no group has variance
     final = run_grpo(cfg, env_factory=envs)
     (row,) = read_metrics(tmp_path / "run")
-    assert row["zero_std_groups"] == 2 and row["optimizer_steps"] == 0 and row["loss_tokens"] == 0
-    assert not _changed(_weights(warm_model_dir), _weights(final))
+    assert row["zero_std_groups"] == 2 and row["adv_abs_mean"] == 0.0
+    if kl_coef:  # every episode trains on the KL term alone: 8 trajectories, mini-batches of 4
+        assert row["optimizer_steps"] == 2 and row["loss_tokens"] > 0 and "kl_ref" in row
+    else:
+        assert row["optimizer_steps"] == 0 and row["loss_tokens"] == 0
+        assert not _changed(_weights(warm_model_dir), _weights(final))
+
+
+@pytest.mark.slow
+def test_one_update_scores_each_episode_once(warm_model_dir, tmp_path, monkeypatch):
+    """The rollout engine scores an episode as it ends; the trainer reads that score and never recomputes it."""
+    from evoharness_rl import reward
+
+    calls = []
+    real = reward.reward_components
+
+    def counting(traj, reward_cfg, update_index):
+        calls.append(traj.task_id)
+        return real(traj, reward_cfg, update_index)
+
+    monkeypatch.setattr(reward, "reward_components", counting)
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=1)
+    run_grpo(cfg, env_factory=envs)
+    (row,) = read_metrics(tmp_path / "run")
+    assert row["episodes"] == 8 and row["errors"] == 0  # 2 prompts x group of 4
+    assert len(calls) == 8 and len(set(calls)) == 2  # one call per episode, 4 per task
+
+
+def test_tied_groups_train_with_advantage_zero_when_the_loss_has_a_kl_term():
+    from types import SimpleNamespace
+
+    from evoharness_rl.config import Config
+    from evoharness_rl.grpo.batch import make_plan
+    from evoharness_rl.grpo.trainer import score
+    from evoharness_rl.rollout.trajectory import Trajectory
+
+    cfg = Config()
+    cfg.grpo.group_size, cfg.grpo.prompts_per_update, cfg.grpo.mini_batch_trajectories = 2, 2, 4
+    cfg.grpo.entropy_coef = 0.0
+    acc = SimpleNamespace(num_processes=1, process_index=0)
+    run = SimpleNamespace(cfg=cfg, accelerator=acc, plan=make_plan(cfg.grpo, 1))
+    trajs = [Trajectory(task_id=t, family="f", env="e", rewards={"total": r}) for t, r in
+             (("a", 1.0), ("a", 1.0), ("b", 0.0), ("b", 2.0))]  # group a ties, group b does not
+    for kl_coef, trains in ((0.01, [True] * 4), (0.0, [False, False, True, True])):
+        cfg.grpo.kl_coef = kl_coef
+        scored = score(run, trajs)
+        assert scored.trains == trains and scored.tied == [True, True, False, False]
+        # group b: mean 1, centred -1, +1, sample std sqrt(2): -1 / sqrt(2), +1 / sqrt(2)
+        assert scored.advantages == pytest.approx([0.0, 0.0, -0.5**0.5, 0.5**0.5], abs=1e-5)
+        assert scored.zero_std_groups == 1
 
 
 def test_non_finite_reward_skips_updates_then_stops(warm_model_dir, tmp_path):
@@ -443,7 +494,7 @@ def test_step_advantages_compare_turns_with_the_same_prompt_in_a_group():
              traj([("env", "at desk"), ("invalid", "Nothing happens."), ("invalid", "Nothing happens.")], -0.2),
              traj([("env", "at desk")], 1.0),  # the start state of another group: its own anchor
              traj([("env", "at desk")], 5.0)]  # does not train
-    out, share = step_advantages(run, trajs, groups=[0, 0, 1, 1], trains=[True, True, True, False])
+    out, share = step_advantages(run, trajs, groups=[0, 0, 1, 1], members=[True, True, True, False])
     # anchor (0, start): returns 10 and -0.2, mean 4.9 -> +5.1 / -5.1; (1, start) alone -> 0;
     # (0, desk): 10, -0.2, -0.1, mean 3.2333 -> +6.7667, -3.4333, -3.3333; times omega 0.5
     assert out[0] == pytest.approx([2.55, 6.7667 / 2], abs=1e-4)
