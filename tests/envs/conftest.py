@@ -193,3 +193,14 @@ def webarena_env_factory(webarena_data):
     yield make
     for env in envs:
         env.close()
+
+
+@pytest.fixture
+def choice_env_factory():
+    """Factory of the `choice` environment of the default config (three colours)."""
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs import env_factory
+
+    make = env_factory(EnvConfig(name="choice"))
+    make.picklable = make
+    return make

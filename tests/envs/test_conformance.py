@@ -9,6 +9,7 @@ CASES = {
     "alfworld": ("alfworld_env_factory", "valid_unseen"),
     "webshop": ("webshop_env_factory", "test"),
     "webarena": ("webarena_env_factory", "test"),
+    "choice": ("choice_env_factory", "test"),
 }
 
 
