@@ -68,6 +68,10 @@ _REGISTRY: dict[str, EnvEntry] = {
         spec="evoharness_rl.envs.webarena.prompts:WEBARENA_SPEC",
         prepare="evoharness_rl.envs.webarena.data:prepare",  # the local sites' database (the real backend needs none)
     ),
+    "choice": EnvEntry(  # no tokenizer text: init-model's tokenizer (and model) stay as they are
+        builder="evoharness_rl.envs.choice:make_choice_env",
+        spec="evoharness_rl.envs.choice.adapter:SPEC",
+    ),
 }
 
 

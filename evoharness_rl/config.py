@@ -106,10 +106,18 @@ class DiagnosticsConfig:
 
 
 @dataclass
+class ChoiceConfig:
+    """`choice` settings (envs/choice): press the button the objective names."""
+
+    tasks: int = 30  # tasks in every split; task k shows the three buttons in an order drawn from k
+    targets: list[str] = field(default_factory=lambda: ["red", "green", "blue"])  # colours asked for (task k: targets[k % len]): all three make the policy read the objective; one makes it irrelevant (an easier task)
+
+
+@dataclass
 class EnvConfig:
     """Which environment and how it is run."""
 
-    name: str = "alfworld"  # a registered environment: alfworld | webshop | webarena (evoharness_rl.envs.register_env adds more)
+    name: str = "alfworld"  # a registered environment: alfworld | webshop | webarena | choice (evoharness_rl.envs.register_env adds more)
     data_path: Optional[str] = None  # data root; null: the generated data under data_dir (ALFWorld: $ALFWORLD_DATA/json_2.1.1 if set)
     data_dir: str = "data"  # where `prepare` writes generated data (relative to the working directory)
     context: str = "per_turn"  # per_turn (fresh prompt each turn) | accumulated (one growing conversation)
@@ -129,6 +137,7 @@ class EnvConfig:
     webshop: WebShopConfig = field(default_factory=WebShopConfig)
     webarena: WebArenaConfig = field(default_factory=WebArenaConfig)
     diagnostics: DiagnosticsConfig = field(default_factory=DiagnosticsConfig)
+    choice: ChoiceConfig = field(default_factory=ChoiceConfig)
 
 
 # ------------------------------------------------------------------------- model
@@ -429,6 +438,7 @@ def validate(cfg: Config) -> Config:
                  "experience.memory_k", "experience.max_insights", "experience.max_example_chars",
                  "policy.request_timeout_s",
                  "env.max_live_episodes", "env.webarena.max_obs_tokens", "env.webarena.page_timeout_s", "env.webarena.action_timeout_s",
+                 "env.choice.tasks",
                  "reward.anneal_updates", "policy.tensor_parallel_size", "grpo.lora_r", "grpo.lora_alpha", "grpo.adam_eps"):
         _positive(name, _get(cfg, name))
     for name in ("env.alfworld.valid_seen_games", "env.alfworld.valid_unseen_games", "harness.history_length",

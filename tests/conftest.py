@@ -20,13 +20,6 @@ def local_openai_server(tmp_path_factory):
         yield url, "tiny"
 
 
-def pytest_configure(config):
-    """Test environments join the one registry like any adapter (env.name=choice)."""
-    from evoharness_rl.envs import register_env
-
-    register_env("choice", "tests.fakes.choice:make_choice_env")
-
-
 @pytest.fixture(scope="session")
 def ray_instance():
     """A local Ray instance for the env.pool=ray tests, started once: 2 logical CPUs, no dashboard; shut down after."""

@@ -195,14 +195,23 @@ def webarena_env_factory(webarena_data):
         env.close()
 
 
+def _registered(name: str):
+    """Factory of a registered environment at its config defaults (also what a pool worker builds)."""
+    from evoharness_rl.config import EnvConfig
+    from evoharness_rl.envs import env_factory
+
+    make = env_factory(EnvConfig(name=name))
+    make.picklable = make
+    return make
+
+
 @pytest.fixture
 def diagnostics_env_factory():
-    """Factory of the diagnostic tasks at their defaults (pure Python state machines)."""
-    from evoharness_rl.config import EnvConfig
-    from evoharness_rl.envs import env_factory, make_env
+    """The diagnostic tasks at their defaults (pure Python state machines)."""
+    return _registered("diagnostics")
 
-    def make():
-        return make_env(EnvConfig(name="diagnostics"))
 
-    make.picklable = env_factory(EnvConfig(name="diagnostics"))
-    return make
+@pytest.fixture
+def choice_env_factory():
+    """The `choice` environment of the default config (three colours)."""
+    return _registered("choice")

@@ -10,6 +10,7 @@ CASES = {
     "diagnostics": ("diagnostics_env_factory", "valid_seen"),
     "webshop": ("webshop_env_factory", "test"),
     "webarena": ("webarena_env_factory", "test"),
+    "choice": ("choice_env_factory", "test"),
 }
 
 

@@ -26,6 +26,7 @@ def test_grpo_takes_training_success_from_chance_to_090(choice_policy, tmp_path)
                       mini_batch_trajectories=120, micro_batch_samples=64, learning_rate=1e-3, save_every=UPDATES,
                       eval_every=UPDATES, eval_limit=6)
     cfg.env.name, cfg.harness.mode = "choice", "env_only"
+    cfg.env.choice.targets = ["green"]  # one target: the objective says nothing the policy needs
     cfg.env.max_steps_train = cfg.env.max_steps_eval = 3
     cfg.policy.max_new_tokens = 16
     run_grpo(cfg)

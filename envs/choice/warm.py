@@ -1,0 +1,55 @@
+"""The warm start of `choice`: the response format with a uniformly random colour, taught by a few supervised steps.
+
+The policy then starts at chance (one success in three) and writes well-formed answers, so
+any rise of its success is what reinforcement learning taught it: which button to press.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from evoharness_rl.envs.choice.adapter import COLOURS, ChoiceEnv
+
+
+def warm_choice_policy(model_dir: Path, out_dir: Path, steps: int = 120, seed: int = 0,
+                       targets: tuple[str, ...] = COLOURS, tasks: int = 30) -> Path:
+    """SFT steps (AdamW, lr 1e-2, 8 examples a step) on the env_only first prompt of every task of
+    ChoiceEnv(tasks, targets), each paired with "<action>press COLOUR</action>" for a random colour;
+    the model is saved to `out_dir`, which is returned."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from evoharness_rl.rollout.episode import Episode, EpisodeSettings
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    env = ChoiceEnv(tasks, targets)
+    responses = [f"<action>press {colour}</action>" for colour in COLOURS]
+    rng = random.Random(seed)
+    prompts = []
+    for task_id in env.task_ids("train"):
+        episode = Episode(env, EpisodeSettings(mode="env_only", max_steps=4))
+        episode.reset(task_id)
+        prompts.append(tok.apply_chat_template(episode.prompt(), add_generation_prompt=True, tokenize=False))
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        ids, labels = [], []
+        for _ in range(8):
+            prompt = tok(rng.choice(prompts), add_special_tokens=False)["input_ids"]
+            answer = tok(rng.choice(responses) + "<|im_end|>", add_special_tokens=False)["input_ids"]
+            ids.append(prompt + answer)
+            labels.append([-100] * len(prompt) + answer)
+        width = max(map(len, ids))
+        input_ids = torch.tensor([x + [tok.pad_token_id] * (width - len(x)) for x in ids])
+        label_ids = torch.tensor([y + [-100] * (width - len(y)) for y in labels])
+        attention = torch.tensor([[1] * len(x) + [0] * (width - len(x)) for x in ids])
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=label_ids).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return Path(out_dir)
