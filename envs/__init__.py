@@ -40,7 +40,8 @@ class EnvEntry:
     spec: Ref = None  # its EnvSpec, or a zero-argument function returning it (read without building the env)
     prepare: Ref = None  # env_cfg -> Path: writes the env's generated data (`evoharness-rl prepare`)
     grounding: Ref = None  # () -> the Experience grounding of the heuristic consolidator (generic when None)
-    tokenizer_text: Ref = None  # () -> base.TokenizerText: its part of `init-model`'s tokenizer training text
+    tokenizer_text: Ref = None  # () -> base.TokenizerText: its part of `init-model`'s tokenizer training text (None:
+    # none, so registering an environment never changes the tokenizer, nor the models, of the others)
 
 
 _REGISTRY: dict[str, EnvEntry] = {
@@ -67,6 +68,7 @@ _REGISTRY: dict[str, EnvEntry] = {
         builder="evoharness_rl.envs.webarena:make_webarena_env",
         spec="evoharness_rl.envs.webarena.prompts:WEBARENA_SPEC",
         prepare="evoharness_rl.envs.webarena.data:prepare",  # the local sites' database (the real backend needs none)
+        tokenizer_text="evoharness_rl.envs.webarena.prompts:tokenizer_text",
     ),
     "choice": EnvEntry(  # no tokenizer text: init-model's tokenizer (and model) stay as they are
         builder="evoharness_rl.envs.choice:make_choice_env",

@@ -66,7 +66,13 @@ class TokenizerText:
     system_prompt: str  # shown with every synthetic turn
     turn_template: str  # the per-turn user template (as EnvSpec.turn_template)
     system_prompts: tuple[str, ...]  # added once more on their own (the harness modes' system prompts)
-    turn: Any  # rng -> (objective, observation, admissible actions, responses): one synthetic turn
+    turn: Any = None  # rng -> (objective, observation, admissible actions, responses): one synthetic turn; None: the
+    # system prompts alone
+
+    @classmethod
+    def of_spec(cls, spec: "EnvSpec") -> "TokenizerText":
+        """The system prompts of `spec` alone (an environment with no synthetic turns to offer)."""
+        return cls(spec.system_prompts["adaptive"], spec.turn_template, tuple(spec.system_prompts.values()))
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
-from evoharness_rl.envs import env_names, env_part, env_spec
+from evoharness_rl.envs import env_names, env_part
 from evoharness_rl.errors import UserError
 from evoharness_rl.fileio import atomic_replace_dir
 
@@ -175,46 +175,35 @@ def count_parameters(model) -> int:
 def training_corpus(seed: int = 0, episodes: int = 400) -> list[str]:
     """Tokenizer training text: env prompts with synthetic observations, actions and responses.
 
-    Turns alternate over the registered environments that give tokenizer text
-    (`EnvEntry.tokenizer_text`); their system prompts, and those of the registered environments
-    without tokenizer text (from their `EnvSpec`, e.g. WebArena's), are added on their own."""
+    Turns alternate over the registered environments whose tokenizer text has them
+    (`EnvEntry.tokenizer_text`); every such environment's system prompts are added on their own.
+    An environment without tokenizer text adds nothing, so registering one leaves the tokenizer
+    (and every model `init-model` builds) as it was."""
     rng = random.Random(seed)
     sources = _tokenizer_texts()
-    names = list(sources)
+    turns = [source for source in sources.values() if source.turn is not None]
     texts = []
     for i in range(episodes):
-        source = sources[names[i % len(names)]]
+        source = turns[i % len(turns)]
         objective, observation, actions, responses = source.turn(rng)
         user = source.turn_template.format(objective=objective, observation=observation, actions=", ".join(actions),
                                            history="(none)", harness_views="")
         # Role names as the chat template writes them; special tokens stay out (they are never merged).
         texts += [f"system\n{source.system_prompt}", f"user\n{user}"] + [f"assistant\n{r}" for r in responses]
-    others = [source.system_prompts for source in sources.values()]
-    others += [tuple(spec.system_prompts.values()) for spec in _specs_without_text(skip=sources).values()]
-    for prompts in others:
-        texts += [f"system\n{text}" for text in prompts] * max(1, episodes // 20)
+    for source in sources.values():
+        texts += [f"system\n{text}" for text in source.system_prompts] * max(1, episodes // 20)
     return texts
 
 
 def env_prompt_texts() -> dict[str, tuple[str, str]]:
-    """{env: (system prompt, per-turn template)} of the tokenizer text; for an environment without tokenizer text,
-    its spec's adaptive-mode system prompt and template."""
-    texts = {name: (source.system_prompt, source.turn_template) for name, source in _tokenizer_texts().items()}
-    return texts | {name: (spec.system_prompts["adaptive"], spec.turn_template)
-                    for name, spec in _specs_without_text(skip=texts).items()}
+    """{env: (system prompt, per-turn template)} of the environments in the tokenizer text."""
+    return {name: (source.system_prompt, source.turn_template) for name, source in _tokenizer_texts().items()}
 
 
 def _tokenizer_texts() -> dict:
     """{env: TokenizerText} of the registered environments that give tokenizer text."""
     parts = {name: env_part(name, "tokenizer_text") for name in env_names()}
     return {name: part() for name, part in parts.items() if part is not None}
-
-
-def _specs_without_text(skip: Iterable[str]) -> dict:
-    """{env: EnvSpec} of the registered environments not in `skip` (those giving tokenizer text) whose spec is
-    readable without building them."""
-    specs = {name: env_spec(name) for name in env_names() if name not in skip}
-    return {name: spec for name, spec in specs.items() if spec is not None}
 
 
 # ------------------------------------------------------------------------- loading

@@ -10,7 +10,7 @@ few-line prompt (harness/protocol.py) with the browser actions named below.
 
 from __future__ import annotations
 
-from evoharness_rl.envs.base import EnvSpec
+from evoharness_rl.envs.base import EnvSpec, TokenizerText
 
 PROMPT_VERSION = "webarena-1"  # bump when any text below (or the shared history format) changes
 
@@ -64,3 +64,8 @@ WEBARENA_SPEC = EnvSpec(
     prompt_version=PROMPT_VERSION,
     default_context="accumulated",
 )
+
+
+def tokenizer_text() -> TokenizerText:
+    """WebArena's part of `init-model`'s tokenizer text: its system prompts."""
+    return TokenizerText.of_spec(WEBARENA_SPEC)
