@@ -289,7 +289,7 @@ class GRPOConfig:
     eval_every: int = 5  # greedy validation every N updates (0: never; paper: 5)
     eval_split: str = "valid_seen"  # split used for periodic validation
     eval_limit: int = 32  # tasks in each periodic validation, drawn from every task family of the split in turn
-    save_every: int = 10  # checkpoint every N updates
+    save_every: int = 10  # checkpoint every N updates (0: only the final one)
     keep_checkpoints: int = 2  # newest checkpoints kept in out_dir/checkpoints (older ones are deleted; 0: keep all)
     keep_trajectories: Optional[int] = None  # episodes of each update saved to out_dir/trajectories/update_NNNNNN/ in eval's record format without token ids (null: every episode; N: a sample of N per process; 0: none)
     lr_warmup_steps: int = 0  # optimizer steps of linear learning-rate warmup (0: constant lr, as in the paper)

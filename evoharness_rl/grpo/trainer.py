@@ -123,7 +123,7 @@ def train_update(run: Run, u: int) -> dict:
     if cfg.grpo.eval_every and (u + 1) % cfg.grpo.eval_every == 0:
         metrics.update(validate(run, u))
     run.log.metrics(step=u, **metrics)
-    if (u + 1) % cfg.grpo.save_every == 0 or u + 1 == cfg.grpo.updates:
+    if (cfg.grpo.save_every and (u + 1) % cfg.grpo.save_every == 0) or u + 1 == cfg.grpo.updates:
         save(run)
     return metrics
 
