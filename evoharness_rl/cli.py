@@ -239,12 +239,13 @@ def _run(dict_cfg) -> None:
     from evoharness_rl.config import ConfigError, validate
     from evoharness_rl.errors import UserError
 
+    hydra_cfg = HydraConfig.get()
+    redact_hydra_files(hydra_cfg, OmegaConf.to_container(dict_cfg, resolve=False))
     try:
         cfg = validate(OmegaConf.to_object(dict_cfg))
     except ConfigError as err:
         print(f"error: invalid configuration: {err}", file=sys.stderr)
         sys.exit(2)
-    hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN:
         cfg.out_dir = hydra_cfg.runtime.output_dir  # one run directory per sweep job
     try:
@@ -252,6 +253,24 @@ def _run(dict_cfg) -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+
+
+def redact_hydra_files(hydra_cfg, config: dict) -> None:
+    """Hydra's own copies of the config and overrides (the sweep's multirun.yaml; .hydra/ when
+    hydra.output_subdir is set) go through the redaction of config.yaml before the job does anything."""
+    from hydra.types import RunMode
+
+    from evoharness_rl.runlog import redact_file, secrets_in
+
+    secrets = secrets_in(config) | secrets_in(list(hydra_cfg.overrides.task))
+    files = []
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        files.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
+    if hydra_cfg.output_subdir:
+        files += sorted((Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir).glob("*.yaml"))
+    for path in files:
+        if path.is_file():
+            redact_file(path, secrets)
 
 
 def run_command(cfg) -> None:
@@ -468,9 +487,9 @@ def _eval(cfg) -> None:
     from evoharness_rl.eval.evaluate import evaluate
 
     summary = evaluate(cfg)
+    _check_errors(cfg, summary)  # an eval in which every episode errored prints its error, not a summary of nulls
     keys = ("success_rate", "score", "episodes", "errors", "harness_calls_per_episode")
     print(json.dumps({k: summary[k] for k in keys if k in summary}, indent=2))
-    _check_errors(cfg, summary)
 
 
 def _check_errors(cfg, summary: dict) -> None:

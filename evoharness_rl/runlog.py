@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -66,8 +67,10 @@ def secrets_in(data: Any) -> set[str]:
 
         for match in _URL.finditer(data):
             if match.group("userinfo"):
-                for part in match.group("userinfo").split(":"):
+                userinfo = match.group("userinfo")
+                for part in userinfo.split(":"):
                     found |= {part, unquote(part)}
+                found.add(base64.b64encode(unquote(userinfo).encode()).decode())  # an HTTP Basic header's form
             for _, value in parse_qsl(match.group("query") or ""):
                 found.add(value)
     return {s for s in found if len(s) >= 4}
