@@ -309,6 +309,16 @@ def preflight(cfg) -> None:
         check_checkpoint(cfg.model.path)
     elif cfg.command in ("eval", "collect") and backend == "vllm_server":
         check_checkpoint(cfg.model.path, weights=False)  # the tokenizer only; the server holds the weights
+    bank = cfg.experience.bank
+    if bank and cfg.command in ("eval", "collect", "grpo") and not Path(bank).is_file():
+        raise Refusal(f"experience.bank={bank!r} does not exist; give an existing bank file (`consolidate` or an "
+                      "online eval writes one), or leave experience.bank unset for an empty bank")
+    if bank and cfg.command in ("eval", "collect", "grpo", "consolidate") and Path(bank).is_file():
+        from evoharness_rl.experience.bank import env_mismatch, file_env
+
+        tagged = file_env(bank)
+        if tagged and tagged != cfg.env.name:
+            raise Refusal(env_mismatch(f"experience.bank={bank}", tagged, cfg.env.name))
     for name, value in (("out_dir", cfg.out_dir), ("out", cfg.out)):
         if value and Path(value).exists() and not Path(value).is_dir():
             raise Refusal(f"{name}={value} is a file; give a directory (a new one, or a run to continue)")

@@ -330,3 +330,64 @@ def test_nothing_may_follow_a_harness_calls_bracket(action):
 def test_brackets_inside_the_argument_stay_allowed(action, argument):
     parsed = parse_response(f"<action>{action}</action>")
     assert parsed.kind is ActionKind.HARNESS and parsed.action == argument
+
+
+# ------------------------------------------------------------------ 6, 9. Experience bank path and environment
+
+
+def _webshop_bank(folder: Path) -> Path:
+    from evoharness_rl.experience import ExperienceBank
+    from evoharness_rl.experience.operations import Operation
+
+    bank = ExperienceBank()
+    bank.apply([Operation("add", category="search", subject="shoes", principle="shoes: search by size")], "seed")
+    bank.claim_env("webshop")
+    return bank.save(folder / "bank.json")
+
+
+def test_a_bank_knows_its_environment_and_refuses_another(tmp_path, capsys):
+    from evoharness_rl.experience import ExperienceBank
+    from evoharness_rl.rollout.trajectory import write_jsonl
+    from tests.experience import synthetic
+
+    bank = _webshop_bank(tmp_path / "seed")
+    model = fake_checkpoint(tmp_path / "model")
+    assert ExperienceBank.load(bank).env == "webshop"
+    raw = bank.read_bytes()
+    write_jsonl(tmp_path / "t.jsonl", synthetic.batch(4))
+    for args in (["consolidate", "env=alfworld", f"experience.trajectories={tmp_path / 't.jsonl'}"],
+                 ["eval", "env=alfworld", "policy=scripted"], ["grpo", "env=alfworld", f"model.path={model}"]):
+        out = tmp_path / f"run-{args[0]}"
+        code, lines, _ = run_cli([*args, f"experience.bank={bank}", "logger.progress=false", f"out_dir={out}"],
+                                 capsys)
+        assert_one_line_error(code, lines, f"experience.bank={bank} is a webshop Experience bank; env=alfworld "
+                                           "cannot use it")
+        assert snapshot(out) is None and bank.read_bytes() == raw
+
+
+def test_consolidate_tags_the_bank_it_writes(tmp_path, capsys):
+    from evoharness_rl.experience import ExperienceBank
+    from evoharness_rl.rollout.trajectory import write_jsonl
+    from tests.experience import synthetic
+
+    write_jsonl(tmp_path / "t.jsonl", synthetic.batch(4))
+    out = tmp_path / "run"
+    code, lines, _ = run_cli(["consolidate", "env=alfworld", f"experience.trajectories={tmp_path / 't.jsonl'}",
+                              "logger.progress=false", f"out_dir={out}"], capsys)
+    assert code == 0, lines
+    assert ExperienceBank.load(out / "bank.json").env == "alfworld"
+    before = snapshot(out)
+    code, lines, _ = run_cli(["consolidate", "env=alfworld", f"experience.trajectories={tmp_path / 't.jsonl'}",
+                              "logger.progress=false", f"out_dir={out}"], capsys)  # a second run: refused
+    assert_one_line_error(code, lines, f"{out} already holds a consolidated bank (bank.json", "overwrite=true")
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("command", ["eval", "grpo"])
+def test_a_missing_bank_path_is_one_line_before_anything_loads(tmp_path, capsys, command):
+    model = fake_checkpoint(tmp_path / "model")
+    out = tmp_path / "run"
+    code, lines, _ = run_cli([command, "policy=hf", f"model.path={model}", "experience.bank=/nope.json",
+                              f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, "experience.bank='/nope.json' does not exist", "leave experience.bank unset")
+    assert snapshot(out) is None

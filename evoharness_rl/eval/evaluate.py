@@ -406,9 +406,9 @@ def load_bank(cfg: Any):
 
         return load_memory(cfg.experience)
     if cfg.experience.bank:
-        return ExperienceBank.load(cfg.experience.bank, capacity=cfg.experience.capacity)
+        return ExperienceBank.load(cfg.experience.bank, capacity=cfg.experience.capacity).claim_env(cfg.env.name)
     if cfg.experience.evolve == "online":
-        return ExperienceBank(cfg.experience.capacity)
+        return ExperienceBank(cfg.experience.capacity).claim_env(cfg.env.name)
     return None
 
 

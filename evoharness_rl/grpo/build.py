@@ -211,8 +211,8 @@ def _load_bank(cfg, resume_from: Optional[Path]):
     from evoharness_rl.experience import ExperienceBank, load_bank
 
     if resume_from is not None and (resume_from / "bank.json").exists():
-        return ExperienceBank.load(resume_from / "bank.json", cfg.experience.capacity)
-    return load_bank(cfg.experience)  # experience.bank, or an empty bank
+        return ExperienceBank.load(resume_from / "bank.json", cfg.experience.capacity).claim_env(cfg.env.name)
+    return load_bank(cfg.experience).claim_env(cfg.env.name)  # experience.bank, or an empty bank
 
 
 def _engine(cfg, run: Run, env_factory):
