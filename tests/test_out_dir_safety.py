@@ -391,3 +391,22 @@ def test_a_missing_bank_path_is_one_line_before_anything_loads(tmp_path, capsys,
                               f"out_dir={out}"], capsys)
     assert_one_line_error(code, lines, "experience.bank='/nope.json' does not exist", "leave experience.bank unset")
     assert snapshot(out) is None
+
+
+def test_a_damaged_newest_grpo_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    import torch
+
+    from evoharness_rl.grpo.checkpoint import latest_usable_checkpoint
+
+    for update in (2, 4):
+        folder = tmp_path / "checkpoints" / f"update_{update:06d}"
+        folder.mkdir(parents=True)
+        (folder / "trainer_state.json").write_text(json.dumps({"update": update}))
+        torch.save({"state": torch.zeros(64)}, folder / "optimizer.bin")
+    newest = tmp_path / "checkpoints" / "update_000004" / "optimizer.bin"
+    assert latest_usable_checkpoint(tmp_path).name == "update_000004"
+    newest.write_bytes(newest.read_bytes()[:300])
+    notes = []
+    assert latest_usable_checkpoint(tmp_path, notes.append).name == "update_000002"
+    assert notes == ["checkpoint update_000004 is not usable (optimizer.bin is damaged or truncated); falling back "
+                     "to the one before it"]

@@ -138,7 +138,7 @@ class SilentLog:
 
 def _resume_point(cfg, out_dir: Path, log) -> Optional[Path]:
     ckpt.refuse_existing_run(out_dir, cfg.resume)
-    latest = ckpt.latest_checkpoint(out_dir)
+    latest = ckpt.latest_usable_checkpoint(out_dir, log.warning)
     if cfg.resume and latest is None:
         log.info(f"resume=true but {out_dir / ckpt.CHECKPOINTS} has no checkpoint; starting at update 0")
     return latest
