@@ -319,14 +319,31 @@ def _check_config(path: Path) -> dict:
     if not isinstance(config, dict) or "model_type" not in config:
         raise CheckpointError(f"{path} has no model_type: it is not a transformers model config")
     if "auto_map" not in config:  # custom modelling code (trust_remote_code) brings its own model_type
-        try:
-            from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
-        except ImportError:  # pragma: no cover - transformers is a dependency
-            return config
-        if config["model_type"] not in CONFIG_MAPPING_NAMES:
+        known = _known_model_types()
+        if known and config["model_type"] not in known:
             raise CheckpointError(f"{path}: model_type {config['model_type']!r} is not a model this transformers "
                                   "knows; fix config.json's model_type (e.g. qwen3) or upgrade transformers")
     return config
+
+
+def _known_model_types() -> frozenset[str]:
+    """The model types the installed transformers maps to a config class, read from its source (importing
+    transformers' auto classes would import torch, seconds before a check that needs none); empty if not found."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    auto = Path(list(spec.submodule_search_locations)[0]) / "models" / "auto"
+    found: set[str] = set()
+    for name in ("configuration_auto.py", "auto_mappings.py"):  # where the mapping lives differs by version
+        try:
+            text = (auto / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        found |= set(re.findall(r'[("{,]\s*"([\w.-]+)"\s*[,:]\s*"\w+Config"', text))
+    return frozenset(found)
 
 
 def _check_weights(folder: Path, config: Optional[dict] = None) -> None:
