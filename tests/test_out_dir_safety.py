@@ -410,3 +410,18 @@ def test_a_damaged_newest_grpo_checkpoint_falls_back_to_the_previous_one(tmp_pat
     assert latest_usable_checkpoint(tmp_path, notes.append).name == "update_000002"
     assert notes == ["checkpoint update_000004 is not usable (optimizer.bin is damaged or truncated); falling back "
                      "to the one before it"]
+
+
+def test_a_split_the_environment_does_not_have_is_a_refusal():
+    from evoharness_rl.errors import Refusal
+    from evoharness_rl.eval.evaluate import split_tasks
+
+    class NoTest:
+        def task_ids(self, split):
+            raise ValueError(f"ALFWorld has no split {split!r}; splits: train, valid_seen, valid_unseen")
+
+        def close(self):
+            pass
+
+    with pytest.raises(Refusal, match=r"^ALFWorld has no split 'test'; splits: train, valid_seen, valid_unseen"):
+        split_tasks(NoTest, "test")

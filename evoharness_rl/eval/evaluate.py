@@ -64,6 +64,10 @@ def split_tasks(env_factory: Callable[[], Any], split: str, limit: Optional[int]
     try:
         tasks = list(env.task_ids(split))
         version = env.spec.versioned(prompt_style)
+    except ValueError as err:  # a split the environment does not have: nothing has run yet
+        from evoharness_rl.errors import Refusal
+
+        raise Refusal(f"{' '.join(str(err).split())} (set split=...)") from None
     finally:
         env.close()
     if not tasks:
