@@ -9,6 +9,7 @@ resolved config (secrets removed), `metrics.jsonl` and `run.log` to `out_dir`.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -83,6 +84,8 @@ def _hydra_main(command: str, overrides: list[str]) -> None:
     saved = sys.argv
     flags, overrides = split_flags(overrides)
     problem = check_overrides([*overrides, f"command={command}"])
+    if not problem and any(f in ("--multirun", "-m") for f in flags):
+        problem, overrides = multirun_out_dir(overrides)
     if problem:
         print(f"error: invalid configuration: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -120,27 +123,79 @@ def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def check_overrides(overrides: list[str]) -> str:
-    """What is wrong with `overrides` in one line ("" when nothing is): compose the config once (a sweep's first
-    values) so that an unknown key, a bad group option or a wrong type is reported before Hydra starts a job."""
+    """What is wrong with `overrides` in one line ("" when nothing is): compose and validate the config (with a
+    sweep, once per swept value) so that an unknown key or experiment, a bad group option, a wrong type or an
+    invalid value is reported before Hydra starts the first job."""
     from hydra import compose, initialize_config_dir
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import OmegaConf
 
-    from evoharness_rl.config import Config
+    from evoharness_rl.config import Config, ConfigError, validate
 
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
-        first = [f"{o.input_line.split('=', 1)[0]}={next(o.sweep_string_iterator())}" if o.is_sweep_override()
-                 else o.input_line for o in parsed]
-        with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            composed = compose("config", overrides=first)
-    except Exception as err:  # Hydra's override and composition errors
+        values = [[f"{o.input_line.split('=', 1)[0]}={v}" for v in o.sweep_string_iterator()]
+                  if o.is_sweep_override() else [o.input_line] for o in parsed]
+    except Exception as err:  # Hydra's override errors
         return _first_line(err)
-    unknown = unknown_keys(OmegaConf.to_container(composed, resolve=False), Config)
-    if unknown:
-        return (f"{', '.join(unknown)}: no such config key (`+key=` adds keys that nothing reads); every key is "
-                "listed in docs/config.md")
+    problem = _unknown_experiment(parsed, values)
+    if problem:
+        return problem
+    first = [v[0] for v in values]
+    variants = [(first, [vs[0] for vs in values if len(vs) > 1])]
+    variants += [(first[:i] + [value] + first[i + 1:], [value]) for i, vs in enumerate(values) for value in vs[1:]]
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        for variant, swept in variants:
+            try:
+                composed = compose("config", overrides=variant)
+            except Exception as err:  # Hydra's composition errors
+                return _first_line(err)
+            unknown = unknown_keys(OmegaConf.to_container(composed, resolve=False), Config)
+            if unknown:
+                return (f"{', '.join(unknown)}: no such config key (`+key=` adds keys that nothing reads); every key "
+                        "is listed in docs/config.md")
+            try:
+                cfg = OmegaConf.to_object(composed)
+            except Exception:  # an interpolation only a job resolves (${hydra:...}): the job validates it
+                continue
+            try:
+                validate(cfg)
+            except ConfigError as err:
+                where = f" (in the sweep's job with {', '.join(swept)})" if len(variants) > 1 else ""
+                return f"{err}{where}"
     return ""
+
+
+def _unknown_experiment(parsed, values: list[list[str]]) -> str:
+    """`experiment=NAME` must name a file of configs/experiment/ (Hydra skips an optional group's missing option)."""
+    known = sorted(p.stem for p in (config_dir() / "experiment").glob("*.yaml"))
+    for override, options in zip(parsed, values):
+        if override.get_key_element().lstrip("+~") != "experiment":
+            continue
+        for option in options:
+            name = option.split("=", 1)[1].strip("'\"")
+            if name and name != "null" and name not in known:
+                return f"experiment={name}: no such experiment; choose one of {', '.join(known)} (configs/experiment/)"
+    return ""
+
+
+def multirun_out_dir(overrides: list[str]) -> tuple[str, list[str]]:
+    """(problem, overrides) of a --multirun: `out_dir=DIR` becomes the sweep's folder (job N writes to DIR/N);
+    a swept out_dir is refused (the jobs would need one folder each)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    keys = {o.get_key_element().lstrip("+~"): o for o in parsed}
+    out = keys.get("out_dir")
+    if out is None:
+        return "", overrides
+    if out.is_sweep_override():
+        return ("out_dir cannot be swept: with --multirun job N writes to out_dir/N; give one out_dir "
+                "(or hydra.sweep.dir)"), overrides
+    rest = [o for o in overrides if not o.lstrip("+~").startswith("out_dir=")]
+    if "hydra.sweep.dir" in keys:
+        return "give out_dir or hydra.sweep.dir with --multirun, not both (job N writes to DIR/N)", overrides
+    return "", [*rest, f"hydra.sweep.dir={out.value()}"]
 
 
 def unknown_keys(values: dict, schema: type, prefix: str = "") -> list[str]:
@@ -164,9 +219,16 @@ def _first_line(err: BaseException) -> str:
     plus the cause's when Hydra wraps one."""
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     cause = err.__cause__
-    if cause is not None:
-        lines += [line.strip() for line in str(cause).splitlines() if line.strip()]
-    return lines[0] if lines else type(err).__name__
+    reason = next((line.strip() for line in str(cause).splitlines() if line.strip()), "") if cause else ""
+    if lines and reason and reason not in lines[0]:
+        wanted = re.search(r"could not be converted to (\w+)", reason)
+        if wanted:  # name the type the key takes
+            reason = f"{reason}; the key takes {_TYPE_NAMES.get(wanted.group(1), wanted.group(1).lower())}"
+        return f"{lines[0]}: {reason}"
+    return lines[0] if lines else (reason or type(err).__name__)
+
+
+_TYPE_NAMES = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false"}
 
 
 def _run(dict_cfg) -> None:
@@ -177,12 +239,13 @@ def _run(dict_cfg) -> None:
     from evoharness_rl.config import ConfigError, validate
     from evoharness_rl.errors import UserError
 
+    hydra_cfg = HydraConfig.get()
+    redact_hydra_files(hydra_cfg, OmegaConf.to_container(dict_cfg, resolve=False))
     try:
         cfg = validate(OmegaConf.to_object(dict_cfg))
     except ConfigError as err:
         print(f"error: invalid configuration: {err}", file=sys.stderr)
         sys.exit(2)
-    hydra_cfg = HydraConfig.get()
     if hydra_cfg.mode == RunMode.MULTIRUN:
         cfg.out_dir = hydra_cfg.runtime.output_dir  # one run directory per sweep job
     try:
@@ -190,6 +253,24 @@ def _run(dict_cfg) -> None:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+
+
+def redact_hydra_files(hydra_cfg, config: dict) -> None:
+    """Hydra's own copies of the config and overrides (the sweep's multirun.yaml; .hydra/ when
+    hydra.output_subdir is set) go through the redaction of config.yaml before the job does anything."""
+    from hydra.types import RunMode
+
+    from evoharness_rl.runlog import redact_file, secrets_in
+
+    secrets = secrets_in(config) | secrets_in(list(hydra_cfg.overrides.task))
+    files = []
+    if hydra_cfg.mode == RunMode.MULTIRUN:
+        files.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
+    if hydra_cfg.output_subdir:
+        files += sorted((Path(hydra_cfg.runtime.output_dir) / hydra_cfg.output_subdir).glob("*.yaml"))
+    for path in files:
+        if path.is_file():
+            redact_file(path, secrets)
 
 
 def run_command(cfg) -> None:
@@ -210,6 +291,8 @@ def run_command(cfg) -> None:
         return
     preflight(cfg)
     main_process = os.environ.get("RANK", "0") == "0"  # under torchrun/accelerate the first process holds the lock
+    if main_process:
+        guard_result(cfg, _note)
     with out_dir_lock(cfg.out_dir, _note) if main_process else nullcontext():
         with _kept_on_refusal(Path(cfg.out_dir)):
             write_run_config(cfg)
@@ -218,6 +301,7 @@ def run_command(cfg) -> None:
 
 def preflight(cfg) -> None:
     """Refusals that need no model, engine or environment: a checkpoint that is not one, a GRPO re-run."""
+    from evoharness_rl.errors import Refusal
     from evoharness_rl.models import check_checkpoint
 
     backend = cfg.policy.backend
@@ -225,10 +309,119 @@ def preflight(cfg) -> None:
         check_checkpoint(cfg.model.path)
     elif cfg.command in ("eval", "collect") and backend == "vllm_server":
         check_checkpoint(cfg.model.path, weights=False)  # the tokenizer only; the server holds the weights
-    if cfg.command == "grpo":
-        from evoharness_rl.grpo.checkpoint import refuse_existing_run
+    bank = cfg.experience.bank
+    if bank and cfg.command in ("eval", "collect", "grpo") and not Path(bank).is_file():
+        raise Refusal(f"experience.bank={bank!r} does not exist; give an existing bank file (`consolidate` or an "
+                      "online eval writes one), or leave experience.bank unset for an empty bank")
+    if bank and cfg.command in ("eval", "collect", "grpo", "consolidate") and Path(bank).is_file():
+        from evoharness_rl.experience.bank import env_mismatch, file_env
 
-        refuse_existing_run(cfg.out_dir, cfg.resume)
+        tagged = file_env(bank)
+        if tagged and tagged != cfg.env.name:
+            raise Refusal(env_mismatch(f"experience.bank={bank}", tagged, cfg.env.name))
+    for name, value in (("out_dir", cfg.out_dir), ("out", cfg.out)):
+        if value and Path(value).exists() and not Path(value).is_dir():
+            raise Refusal(f"{name}={value} is a file; give a directory (a new one, or a run to continue)")
+
+
+# ------------------------------------------------------------------ the one rule for results
+
+RESULTS = {  # what in a command's output directory is a result that a new run must not replace
+    "sft": ("merged", "adapter", "checkpoints", "dataset"),
+    "eval": ("summary.json", "trajectories"),
+    "collect": ("summary.json", "trajectories"),
+    "consolidate": ("bank.json", "history.jsonl", "consolidation_report.json"),
+}
+LABELS = {"init-model": "model", "sft": "SFT run", "grpo": "GRPO run", "eval": "evaluation",
+          "collect": "collection", "consolidate": "consolidated bank"}
+# Keys that a resumed run may change without saying so: where and how fast it runs, not what it computes.
+RESUME_FREE = ("command", "out_dir", "resume", "overwrite", "resume_changes", "logger.", "device", "env.num_workers",
+               "env.pool", "env.ray_", "env.step_timeout_s", "env.max_live_episodes", "policy.batch_size",
+               "policy.concurrency", "policy.request_timeout_s", "policy.max_retries", "experience.request_timeout_s",
+               "experience.max_retries", "grpo.updates")
+
+
+def result_in(cfg) -> tuple[Path, str]:
+    """(the directory a command writes its result to, what result it already holds there: "" when none)."""
+    target = Path(cfg.out if cfg.command == "init-model" else cfg.out_dir)
+    if not target.is_dir():
+        return target, ""
+    if cfg.command == "init-model":
+        found = sorted(p.name for p in target.iterdir() if not p.name.startswith("."))
+    elif cfg.command == "grpo":
+        from evoharness_rl.grpo.checkpoint import latest_checkpoint
+
+        latest = latest_checkpoint(target)
+        return target, f"latest checkpoint: {latest.name}" if latest is not None else ""
+    else:
+        found = [n for n in RESULTS.get(cfg.command, ()) if (target / n).is_file()
+                 or ((target / n).is_dir() and any((target / n).iterdir()))]
+    return target, ", ".join(found[:4]) + (", ..." if len(found) > 4 else "")
+
+
+def guard_result(cfg, note) -> None:
+    """The rule of every stage that writes: a result already in its directory is never replaced unless asked.
+
+    `resume=true` continues it with the settings it was run with (config.yaml; `resume_changes` names keys
+    changed on purpose); `overwrite=true` moves it aside (`<dir>.replaced-<time>`) and starts afresh;
+    otherwise the job is refused before it writes anything. An eval (or collect) re-run with the same
+    configuration continues too: its records are fingerprinted, and another configuration is refused."""
+    from evoharness_rl.errors import Refusal
+    from evoharness_rl.fileio import move_aside
+
+    target, found = result_in(cfg)
+    if not found or cfg.command not in LABELS:
+        return
+    what = f"{LABELS[cfg.command]} ({found})"
+    if cfg.overwrite:
+        aside = move_aside(target)
+        note(f"overwrite=true: the {what} in {target} was moved to {aside}")
+        return
+    if cfg.resume and cfg.command in ("sft", "grpo"):
+        check_same_settings(cfg, target)
+        return
+    if cfg.command in ("eval", "collect"):
+        return
+    key = "out" if cfg.command == "init-model" else "out_dir"
+    cont = "" if cfg.command in ("init-model", "consolidate") else "pass resume=true to continue it, "
+    raise Refusal(f"{target} already holds a {what}; {cont}pass overwrite=true to replace it (the old one is moved "
+                  f"aside first), or choose another {key}")
+
+
+def check_same_settings(cfg, target: Path) -> None:
+    """A resumed run keeps the settings in its config.yaml: refuse one that differs in a key that decides what it
+    computes (RESUME_FREE aside), unless `resume_changes` names that key."""
+    from dataclasses import asdict
+
+    from omegaconf import OmegaConf
+
+    from evoharness_rl.errors import Refusal
+    from evoharness_rl.runlog import redact
+
+    saved_file = target / "config.yaml"
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(saved_file)) if saved_file.is_file() else None
+    except Exception:  # an unreadable config.yaml: nothing to compare with
+        saved = None
+    if not isinstance(saved, dict):
+        return
+    now, before = _flat(redact(asdict(cfg))), _flat(saved)
+    allowed = tuple(cfg.resume_changes)
+    changed = [f"{k}: {before[k]!r} -> {now[k]!r}" for k in sorted(now) if k in before and before[k] != now[k]
+               and not k.startswith(RESUME_FREE) and not any(k == a or k.startswith(a + ".") for a in allowed)]
+    if changed:
+        keys = ",".join(c.split(":", 1)[0] for c in changed)
+        raise Refusal(f"{target} was run with other settings ({'; '.join(changed)}); resume=true continues it with "
+                      f"its own: drop those overrides, or change them on purpose with resume_changes=[{keys}]")
+
+
+def _flat(data, prefix: str = "") -> dict:
+    if not isinstance(data, dict):
+        return {prefix.rstrip("."): data}
+    out = {}
+    for key, value in data.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return out
 
 
 @contextmanager
@@ -304,9 +497,9 @@ def _eval(cfg) -> None:
     from evoharness_rl.eval.evaluate import evaluate
 
     summary = evaluate(cfg)
+    _check_errors(cfg, summary)  # an eval in which every episode errored prints its error, not a summary of nulls
     keys = ("success_rate", "score", "episodes", "errors", "harness_calls_per_episode")
     print(json.dumps({k: summary[k] for k in keys if k in summary}, indent=2))
-    _check_errors(cfg, summary)
 
 
 def _check_errors(cfg, summary: dict) -> None:

@@ -355,7 +355,9 @@ class Config:
     limit: Optional[int] = None  # eval/collect: only the first N tasks of the split (fixed order)
     episodes_per_task: int = 1  # eval/collect: episodes per task
     max_error_rate: float = 0.05  # eval/collect: warn when a larger share of episodes errored (all errored: exit 1)
-    resume: bool = False  # grpo/sft/eval: continue the run in out_dir
+    resume: bool = False  # grpo/sft/eval: continue the run in out_dir with the settings it was run with (its config.yaml)
+    resume_changes: list[str] = field(default_factory=list)  # resume=true: config keys changed on purpose, e.g. [grpo.learning_rate] (a resumed run that differs in any other key is refused)
+    overwrite: bool = False  # every stage: replace the result already in out_dir (init-model: out); the old one is first moved aside to <dir>.replaced-<time>
     runs: list[str] = field(default_factory=list)  # report / view: run directories to tabulate / show
     serve: bool = False  # view: after writing the site, serve it on loopback (http://127.0.0.1:port/) until Ctrl-C
     port: int = 8000  # view serve=true: the loopback port (0: any free port)
@@ -396,7 +398,9 @@ def _fraction(name: str, value: float) -> None:
 
 def validate(cfg: Config) -> Config:
     """Check enums and ranges; raise ConfigError naming the field. Cheap: no heavy imports."""
+    _check_finite(cfg)
     _choice("command", cfg.command, COMMANDS)
+    _check_resume(cfg)
     _choice("env.name", cfg.env.name, env_names())
     _choice("env.context", cfg.env.context, CONTEXTS)
     _choice("env.pool", cfg.env.pool, POOLS)
@@ -495,6 +499,40 @@ def _check_diagnostics(d: DiagnosticsConfig) -> None:
         value = getattr(d, name)
         if value < low or (high is not None and value > high):
             raise ConfigError(f"env.diagnostics.{name}={value} must be >= {low}" + (f" and <= {high}" if high else ""))
+
+
+def _check_finite(section: Any, prefix: str = "") -> None:
+    """Every float of the config (in sections, lists and dicts too) is a finite number: nan and inf pass every range
+    check (nan < 0 is false) and would reach training or sampling."""
+    import math
+
+    def check(name: str, value: Any) -> None:
+        if is_dataclass(value):
+            _check_finite(value, f"{name}.")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                check(f"{name}[{key}]", item)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                check(f"{name}[{i}]", item)
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{name}={value!r} is not a finite number; give a real value (see docs/config.md)")
+
+    for f in fields(section):
+        check(f"{prefix}{f.name}", getattr(section, f.name))
+
+
+def _check_resume(cfg: Config) -> None:
+    if cfg.resume and cfg.overwrite:
+        raise ConfigError("resume=true and overwrite=true contradict each other: continue the run in out_dir "
+                          "(resume) or move it aside and start afresh (overwrite)")
+    for key in cfg.resume_changes:
+        try:
+            _get(cfg, key)
+        except AttributeError:
+            raise ConfigError(f"resume_changes: {key!r} is not a config key; every key is listed in docs/config.md") from None
+        if not cfg.resume:
+            raise ConfigError(f"resume_changes={list(cfg.resume_changes)} only applies with resume=true")
 
 
 def _check_schedule(cfg: Config) -> None:

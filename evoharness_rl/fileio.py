@@ -46,6 +46,25 @@ def atomic_replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike)
         shutil.rmtree(old)
 
 
+def move_aside(path: str | os.PathLike) -> Path:
+    """Rename `path` to `<path>.replaced-<time>` beside it (never over another folder); returns the new name.
+    A live job's out_dir (its lock held) is refused with OutDirBusy."""
+    import time
+
+    path = Path(path)
+    holder = _lock_holder(path / LOCK_FILE)
+    if holder is not None and _alive(holder):
+        raise OutDirBusy(f"out_dir {path} is in use by another job (pid {holder}, see {path / LOCK_FILE}); wait for "
+                         "it to end or choose another out_dir")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside, n = path.with_name(f"{path.name}.replaced-{stamp}"), 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.replaced-{stamp}-{n}")
+    os.replace(path, aside)
+    return aside
+
+
 # ------------------------------------------------------------------- out_dir lock
 
 LOCK_FILE = ".lock"  # in a job's out_dir while it runs: the holder's pid

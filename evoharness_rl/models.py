@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from evoharness_rl.envs import env_names, env_part
-from evoharness_rl.errors import UserError
+from evoharness_rl.errors import Refusal, UserError
 from evoharness_rl.fileio import atomic_replace_dir
 
 SIZES: dict[str, dict[str, int]] = {  # Qwen3Config shapes; parameter counts include the tied embedding
@@ -229,8 +229,9 @@ def resolve_dtype(dtype: str, device: str):
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
-class CheckpointError(UserError, ValueError):
-    """`model.path` is not a usable checkpoint; the message names the path or file and the problem."""
+class CheckpointError(Refusal, ValueError):
+    """`model.path` is not a usable checkpoint; the message names the path or file and the problem. A job refuses
+    to start on it, and leaves its out_dir as it was (`Refusal`)."""
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")  # one of these makes a tokenizer
@@ -251,13 +252,31 @@ def check_checkpoint(path: Optional[str], weights: bool = True) -> str:
             return str(path)  # transformers loads it from the cache
         what = "a file, not a directory" if folder.exists() else "not a directory"
         raise CheckpointError(f"model.path={str(path)!r} is {what}; {_MAKE_ONE}")
+    if not any(folder.iterdir()):
+        raise CheckpointError(f"model.path={str(path)!r} is not a checkpoint: it is empty; {_MAKE_ONE}")
+    config = None
+    if weights or (folder / "config.json").is_file():
+        config = _check_config(folder / "config.json")  # a broken config is named before a missing tokenizer
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        found = "it is empty" if not any(folder.iterdir()) else f"no {' / '.join(TOKENIZER_FILES)} in it"
-        raise CheckpointError(f"model.path={str(path)!r} is not a checkpoint: {found}; {_MAKE_ONE}")
+        raise CheckpointError(f"model.path={str(path)!r} is not a checkpoint: no {' / '.join(TOKENIZER_FILES)} in "
+                              f"it; {_MAKE_ONE}")
+    if (folder / "tokenizer.json").is_file():
+        _read_json(folder / "tokenizer.json", "the tokenizer")
     if weights:
-        _check_config(folder / "config.json")
-        _check_weights(folder)
+        _check_weights(folder, config)
     return str(path)
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path} is not valid JSON ({_short(err)}): {what} is damaged; replace the file "
+                              "or point model.path at an intact checkpoint") from None
+
+
+def _short(err: BaseException) -> str:
+    return " ".join(str(err).split())[:120]
 
 
 def _in_hub_cache(repo_id: str) -> bool:
@@ -271,32 +290,76 @@ def _in_hub_cache(repo_id: str) -> bool:
         return False
 
 
-def _check_config(path: Path) -> None:
+def _check_config(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: the checkpoint has no model config; {_MAKE_ONE}")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path} is not valid JSON ({err}); the checkpoint is damaged") from None
+        raise CheckpointError(f"{path} is not valid JSON ({_short(err)}); the checkpoint is damaged") from None
     if not isinstance(config, dict) or "model_type" not in config:
         raise CheckpointError(f"{path} has no model_type: it is not a transformers model config")
+    if "auto_map" not in config:  # custom modelling code (trust_remote_code) brings its own model_type
+        known = _known_model_types()
+        if known and config["model_type"] not in known:
+            raise CheckpointError(f"{path}: model_type {config['model_type']!r} is not a model this transformers "
+                                  "knows; fix config.json's model_type (e.g. qwen3) or upgrade transformers")
+    return config
 
 
-def _check_weights(folder: Path) -> None:
+def _known_model_types() -> frozenset[str]:
+    """The model types the installed transformers maps to a config class, read from its source (importing
+    transformers' auto classes would import torch, seconds before a check that needs none); empty if not found."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    auto = Path(list(spec.submodule_search_locations)[0]) / "models" / "auto"
+    found: set[str] = set()
+    for name in ("configuration_auto.py", "auto_mappings.py"):  # where the mapping lives differs by version
+        try:
+            text = (auto / name).read_text(encoding="utf-8")
+        except OSError:
+            continue
+        found |= set(re.findall(r'[("{,]\s*"([\w.-]+)"\s*[,:]\s*"\w+Config"', text))
+    return frozenset(found)
+
+
+def _check_weights(folder: Path, config: Optional[dict] = None) -> None:
     files = sorted(folder.glob("*.safetensors"))
     if not files and not list(folder.glob("pytorch_model*.bin")):
         raise CheckpointError(f"{folder} holds no weights (*.safetensors); the checkpoint is incomplete")
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        shards = set(json.loads(index.read_text(encoding="utf-8")).get("weight_map", {}).values())
-        missing = sorted(s for s in shards if not (folder / s).is_file())
+        data = _read_json(index, "the index of the weight shards")
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index} has no weight_map: the index of the weight shards is damaged")
+        missing = sorted(s for s in set(map(str, weight_map.values())) if not (folder / s).is_file())
         if missing:
             raise CheckpointError(f"{index} lists shards that are missing: {', '.join(missing)}")
+    shapes: dict[str, list] = {}
     for file in files:
-        _check_safetensors(file)
+        shapes.update(_check_safetensors(file))
+    _check_shapes(folder / "config.json", config or {}, shapes)
 
 
-def _check_safetensors(path: Path) -> None:
+def _check_shapes(path: Path, config: dict, shapes: dict[str, list]) -> None:
+    """The embedding's shape must be (vocab_size, hidden_size) of config.json (a cheap check that the config
+    belongs to the weights)."""
+    embedding = next((shape for name, shape in shapes.items() if name.endswith("embed_tokens.weight")), None)
+    hidden, vocab = config.get("hidden_size"), config.get("vocab_size")
+    if not embedding or len(embedding) != 2:
+        return
+    if isinstance(hidden, int) and embedding[1] != hidden or isinstance(vocab, int) and embedding[0] != vocab:
+        raise CheckpointError(f"{path} does not match the weights: embed_tokens is {embedding[0]} x {embedding[1]}, "
+                              f"config.json says vocab_size={vocab}, hidden_size={hidden}; restore the checkpoint's "
+                              "own config.json")
+
+
+def _check_safetensors(path: Path) -> dict[str, list]:
     """A safetensors file is an 8-byte header length, a JSON header, then the tensors' bytes."""
     size = path.stat().st_size
     with path.open("rb") as f:
@@ -312,6 +375,7 @@ def _check_safetensors(path: Path) -> None:
     needed = 8 + length + max(ends, default=0)
     if size < needed:
         raise CheckpointError(f"{path} is truncated: {size} bytes of the {needed} its header describes")
+    return {k: t.get("shape") for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)}
 
 
 def load_tokenizer(path: Optional[str], trust_remote_code: bool = False):
@@ -319,7 +383,11 @@ def load_tokenizer(path: Optional[str], trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
     path = check_checkpoint(path, weights=False)
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
+    except Exception as err:  # transformers/tokenizers raise many types for a damaged or foreign tokenizer
+        raise CheckpointError(f"the tokenizer at {path} could not be loaded ({type(err).__name__}: {_short(err)}); "
+                              "restore its tokenizer files or point model.path at an intact checkpoint") from None
     if not tokenizer.chat_template:
         raise ValueError(f"the tokenizer at {path} has no chat template; policies are prompted with chat messages, so "
                          "use a chat checkpoint or one made by `evoharness-rl init-model`")
@@ -337,11 +405,15 @@ def load_model(model_cfg: Any, device: str = "auto", dtype: Optional[str] = None
 
     path = check_checkpoint(model_cfg.path)
     device = resolve_device(device)
-    model = AutoModelForCausalLM.from_pretrained(
-        path,
-        dtype=resolve_dtype(dtype or model_cfg.dtype, device),
-        attn_implementation=model_cfg.attn_implementation,
-        trust_remote_code=model_cfg.trust_remote_code,
-        local_files_only=True,
-    )
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path,
+            dtype=resolve_dtype(dtype or model_cfg.dtype, device),
+            attn_implementation=model_cfg.attn_implementation,
+            trust_remote_code=model_cfg.trust_remote_code,
+            local_files_only=True,
+        )
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as err:  # damaged or mismatched files
+        raise CheckpointError(f"the model at {path} could not be loaded ({type(err).__name__}: {_short(err)}); "
+                              "restore the checkpoint or point model.path at an intact one") from None
     return model.to(device)

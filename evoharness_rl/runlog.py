@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -25,9 +26,10 @@ REDACTED = "<redacted>"
 
 def redact(data: Any, secrets: Optional[set[str]] = None) -> Any:
     """Remove secrets from a config dict: any key/token/password field (except the names of
-    environment variables, `*_env`) and any value equal to a `*_API_KEY` environment variable."""
+    environment variables, `*_env`), any value equal to a `*_API_KEY` environment variable, and
+    anything a URL in `data` carries as user, password or query (also where it appears elsewhere)."""
     if secrets is None:
-        secrets = {v for k, v in os.environ.items() if k.upper().endswith("_API_KEY") and v}
+        secrets = env_secrets() | secrets_in(data)
     if isinstance(data, dict):
         out = {}
         for key, value in data.items():
@@ -39,29 +41,75 @@ def redact(data: Any, secrets: Optional[set[str]] = None) -> Any:
     if isinstance(data, list):
         return [redact(v, secrets) for v in data]
     if isinstance(data, str):
-        for secret in secrets:
-            if secret in data:
-                data = data.replace(secret, REDACTED)
-        if "://" in data:
-            data = _redact_url(data)
+        return redact_text(data, secrets)
     return data
 
 
-def _redact_url(url: str) -> str:
-    """A URL's user, password and query (where keys travel) replaced by REDACTED."""
-    from urllib.parse import urlsplit, urlunsplit
+def env_secrets() -> set[str]:
+    """The values of `*_API_KEY` environment variables."""
+    return {v for k, v in os.environ.items() if k.upper().endswith("_API_KEY") and len(v) >= 4}
 
+
+def secrets_in(data: Any) -> set[str]:
+    """Secret values held by a config (dict, list or string): secret-named fields, and every URL's user,
+    password and query values."""
+    found: set[str] = set()
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if _SECRET_KEY.search(str(key)) and isinstance(value, str) and len(value) >= 4:
+                found.add(value)
+            found |= secrets_in(value)
+    elif isinstance(data, (list, tuple)):
+        for value in data:
+            found |= secrets_in(value)
+    elif isinstance(data, str) and "://" in data:
+        from urllib.parse import parse_qsl, unquote
+
+        for match in _URL.finditer(data):
+            if match.group("userinfo"):
+                userinfo = match.group("userinfo")
+                for part in userinfo.split(":"):
+                    found |= {part, unquote(part)}
+                found.add(base64.b64encode(unquote(userinfo).encode()).decode())  # an HTTP Basic header's form
+            for _, value in parse_qsl(match.group("query") or ""):
+                found.add(value)
+    return {s for s in found if len(s) >= 4}
+
+
+_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?:(?P<userinfo>[^\s/@'\"?#]+)@)?(?P<host>[^\s/'\"?#]*)"
+                  r"(?P<path>[^\s'\"?#]*)(?:\?(?P<query>[^\s'\"#]*))?")
+
+
+def redact_text(text: str, secrets: Optional[set[str]] = None) -> str:
+    """`text` with every secret in `secrets` (default: the `*_API_KEY` environment values) replaced by REDACTED,
+    and every URL's user, password and query too: for config values, Hydra's files and error messages that may
+    quote a server."""
+    for secret in sorted(env_secrets() | set(secrets or ()), key=len, reverse=True):
+        if secret and secret in text:
+            text = text.replace(secret, REDACTED)
+    if "://" not in text:
+        return text
+
+    def public(match: re.Match) -> str:
+        userinfo = f"{REDACTED}@" if match.group("userinfo") else ""
+        query = f"?{REDACTED}" if match.group("query") else ""
+        return f"{match.group('scheme')}{userinfo}{match.group('host')}{match.group('path')}{query}"
+
+    return _URL.sub(public, text)
+
+
+def redact_file(path: str | os.PathLike, secrets: Optional[set[str]] = None) -> None:
+    """Rewrite a text file (Hydra's multirun.yaml, .hydra/*.yaml) with `redact_text`, in place, when it holds one."""
+    from evoharness_rl.fileio import atomic_write_text
+
+    path = Path(path)
     try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        netloc = f"{host}:{parts.port}" if parts.port else host
-    except ValueError:  # not a URL after all
-        return url
-    if parts.username or parts.password:
-        netloc = f"{REDACTED}@{netloc}"
-    elif "@" not in parts.netloc:
-        netloc = parts.netloc
-    return urlunsplit((parts.scheme, netloc, parts.path, REDACTED if parts.query else "", parts.fragment))
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    clean = redact_text(text, secrets)
+    if clean != text:
+        atomic_write_text(path, clean)
 
 
 class RunLogger:

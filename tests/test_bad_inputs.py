@@ -158,7 +158,7 @@ def test_split_flags_keeps_values_with_their_flags():
 
 @pytest.mark.parametrize("first", [True, False])
 def test_multirun_works_before_or_after_the_overrides(tmp_path, capsys, first):
-    overrides = ["size=tiny", "seed=0,1", f"out={tmp_path}/model", f"hydra.sweep.dir={tmp_path}/sweep"]
+    overrides = ["size=tiny", "seed=0,1", "out=${hydra:runtime.output_dir}/model", f"hydra.sweep.dir={tmp_path}/sweep"]
     args = ["init-model", *(["--multirun", *overrides] if first else [*overrides, "--multirun"])]
     code, lines, out = run_cli(args, capsys)
     assert code == 0, lines

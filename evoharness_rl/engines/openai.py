@@ -47,10 +47,13 @@ def map_concurrently(fn: Callable[[T], R], items: Sequence[T], concurrency: int)
         return list(pool.map(fn, items))
 
 
-def error_completion(exc: BaseException, url: Any = "") -> Completion:
-    """The Completion of a request to `url` that failed after the client's retries (one line, URL without secrets)."""
+def error_completion(exc: BaseException, url: Any = "", key: str = "") -> Completion:
+    """The Completion of a request to `url` that failed after the client's retries (one line, URL without secrets;
+    the server's message without the key or anything the URL carried, should the server echo them)."""
+    from evoharness_rl.runlog import redact_text, secrets_in
+
     status = getattr(exc, "status_code", None)
-    detail = " ".join(str(exc).split())
+    detail = redact_text(" ".join(str(exc).split()), secrets_in(str(url)) | ({key} if len(key or "") >= 4 else set()))
     reason = f"{type(exc).__name__}" + (f" ({status})" if status else "") + f" from {public_url(url)}: {detail}"
     return Completion(text="", finish_reason="error", error=reason[:500])
 
@@ -100,7 +103,7 @@ class OpenAIBackend(GenerationBackend):
                 seed=sampling.seed,
             )
         except Exception as exc:  # noqa: BLE001 - any failure after retries is this request's error
-            return error_completion(exc, self.client.base_url)
+            return error_completion(exc, self.client.base_url, self.client.api_key)
         if not response.choices:
             return Completion(text="", finish_reason="error", error="the endpoint returned no choices")
         choice = response.choices[0]

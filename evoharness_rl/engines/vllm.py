@@ -339,7 +339,7 @@ class VLLMServerBackend(GenerationBackend):
                                 skip_special_tokens=True, return_tokens_as_token_ids=True),
             )
         except Exception as exc:  # noqa: BLE001 - any failure after retries is this request's error
-            return error_completion(exc, self.client.base_url)
+            return error_completion(exc, self.client.base_url, self.client.api_key)
         choice = response.choices[0]
         ids = [int(token.removeprefix("token_id:")) for token in choice.logprobs.tokens]
         logprobs = [float(lp) for lp in choice.logprobs.token_logprobs]

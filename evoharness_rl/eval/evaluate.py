@@ -64,6 +64,10 @@ def split_tasks(env_factory: Callable[[], Any], split: str, limit: Optional[int]
     try:
         tasks = list(env.task_ids(split))
         version = env.spec.versioned(prompt_style)
+    except ValueError as err:  # a split the environment does not have: nothing has run yet
+        from evoharness_rl.errors import Refusal
+
+        raise Refusal(f"{' '.join(str(err).split())} (set split=...)") from None
     finally:
         env.close()
     if not tasks:
@@ -260,7 +264,7 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
         engine = engine or build_engine(cfg)
         from evoharness_rl.experience.baselines import load_bank  # the bank or a baseline's memory; None: frozen, none
 
-        bank = load_bank(cfg.experience, empty=cfg.experience.evolve == "online")
+        bank = load_bank(cfg.experience, empty=cfg.experience.evolve == "online", env=cfg.env.name)
         if cfg.experience.method != "evoharness" and cfg.experience.evolve == "frozen" and not bank.size():
             log.warning(f"experience.method={cfg.experience.method} with an empty frozen memory plays plain ReAct; "
                         "set experience.evolve=online or experience.bank=<a memory file>")

@@ -113,6 +113,7 @@ class ExperienceBank:
         self.statistics: dict[str, dict[str, int]] = {}  # additive evidence counters (heuristic consolidator)
         self.ops_history: list[dict[str, Any]] = []  # append-only: one record per consolidation
         self.path: Path | None = None  # the file it was loaded from / last saved to
+        self.env = ""  # the environment whose episodes made it ("": not known, a file written before banks said)
         self._disk_hash: str | None = None  # content hash of that file as this bank read or wrote it
 
     # -- reading -----------------------------------------------------------------------
@@ -285,7 +286,8 @@ class ExperienceBank:
 
     def to_dict(self) -> dict[str, Any]:
         content = self._content()
-        return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "content_hash": _hash(content), **content}
+        env = {"env": self.env} if self.env else {}  # beside the content: the hash (and fingerprints) stay as they were
+        return {"format": FORMAT, "schema_version": SCHEMA_VERSION, **env, "content_hash": _hash(content), **content}
 
     def _content(self) -> dict[str, Any]:
         return {
@@ -365,10 +367,34 @@ class ExperienceBank:
             bank.next_seq[prefix] = max(bank.next_seq.get(prefix, 0), entry.seq)
         bank.statistics = {k: dict(v) for k, v in data.get("statistics", {}).items()}
         bank.ops_history = list(data.get("ops_history", []))
+        bank.env = str(data.get("env") or "")
         return bank
+
+    def claim_env(self, env: str, source: Any = None) -> "ExperienceBank":
+        """Tag the bank with the environment that uses it; a bank of another environment is refused (its
+        entries name that environment's objects and actions)."""
+        if self.env and self.env != env:
+            raise BankFormatError(env_mismatch(source or self.path or "the bank", self.env, env))
+        self.env = env
+        return self
 
 
 # -------------------------------------------------------------------------- helpers
+
+
+def env_mismatch(source: Any, bank_env: str, env: str) -> str:
+    return (f"{source} is a {bank_env} Experience bank; env={env} cannot use it: give experience.bank a {env} bank, "
+            "or leave it unset for an empty one")
+
+
+def file_env(path: str | os.PathLike) -> str:
+    """The environment a bank file says it belongs to ("" when it does not say, or does not parse: loading reports
+    that)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    return str(data.get("env") or "") if isinstance(data, dict) else ""
 
 
 def _entry_order(entry: Entry) -> tuple:
@@ -475,6 +501,8 @@ def _parse(text: str, path: Path) -> dict[str, Any]:
 
 
 def _check_structure(data: dict[str, Any], path: Path) -> None:
+    if not isinstance(data.get("env", ""), str):
+        raise BankFormatError(f"{path}: field 'env' must be an environment name (a string)")
     for key, kind in (("capacity", int), ("update_index", int), ("next_seq", dict), ("entries", list)):
         if not isinstance(data.get(key), kind):
             raise BankFormatError(f"{path}: field {key!r} must be a {kind.__name__}")

@@ -97,12 +97,13 @@ def memory_class(method: str) -> type:
     return store if isinstance(store, type) else store()
 
 
-def load_bank(experience_cfg: Any, path: Optional[str | Path] = None, empty: bool = True):
+def load_bank(experience_cfg: Any, path: Optional[str | Path] = None, empty: bool = True, env: Optional[str] = None):
     """The run's Experience bank, or a memory baseline's store, of `experience.method`: loaded from `path` (default
     `experience.bank`) with `experience.capacity`; without a file, an empty one, or None where `empty` is False (a
     frozen evaluation without a bank: recall answers that nothing is stored). A baseline's store always exists
     (empty when no file is named) and renders with the experience.memory_k / max_insights / max_example_chars
-    settings. A damaged or foreign file fails in one line naming it."""
+    settings. A damaged or foreign file fails in one line naming it, and so does an Experience bank of another
+    environment than `env` (a bank is tagged with the environment that first uses it)."""
     method = getattr(experience_cfg, "method", "evoharness")
     cls = memory_class(method)
     path = path or experience_cfg.bank
@@ -116,6 +117,8 @@ def load_bank(experience_cfg: Any, path: Optional[str | Path] = None, empty: boo
     if baseline:
         bank.view = {"k": experience_cfg.memory_k, "max_insights": experience_cfg.max_insights,
                      "max_example_chars": experience_cfg.max_example_chars}
+    elif env is not None:
+        bank.claim_env(env, f"experience.bank={path}" if path else None)
     return bank
 
 

@@ -31,15 +31,22 @@ def consolidate_command(cfg: Any) -> Path:
     """Consolidate saved trajectories into a bank; -> the written bank path."""
     from evoharness_rl.runlog import RunLogger, progress
 
+    from evoharness_rl.config import ConfigError as UserError  # a UserError that is a ValueError too
+
     exp = cfg.experience
     if not exp.trajectories:
-        raise ValueError("consolidate needs experience.trajectories=<.jsonl file | trajectories/ folder | run directory>")
+        raise UserError("consolidate needs experience.trajectories=<.jsonl file | trajectories/ folder | run directory>")
     trajectories = read_trajectories(exp.trajectories)
     if not trajectories:
-        raise ValueError(f"experience.trajectories={exp.trajectories} holds no trajectories (*.jsonl / *.json records)")
+        raise UserError(f"experience.trajectories={exp.trajectories} holds no trajectories (*.jsonl / *.json records)")
+    others = sorted({t.env for t in trajectories if t.env and t.env != cfg.env.name})
+    if others:
+        raise UserError(f"experience.trajectories={exp.trajectories} holds {', '.join(others)} episodes; a bank is "
+                         f"one environment's: consolidate them with env={others[0]} into their own bank")
     out = Path(cfg.out_dir)
     fresh = exp.bank and not Path(exp.bank).exists()
     bank = ExperienceBank(exp.capacity) if fresh else load_bank(exp)  # a damaged bank fails before anything is written
+    bank.claim_env(cfg.env.name, f"experience.bank={exp.bank}")
     log = RunLogger(out, getattr(cfg, "logger", None))
     if fresh:
         log.info(f"experience.bank={exp.bank} does not exist yet: starting from an empty bank")

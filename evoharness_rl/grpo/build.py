@@ -140,7 +140,7 @@ class SilentLog:
 
 def _resume_point(cfg, out_dir: Path, log) -> Optional[Path]:
     ckpt.refuse_existing_run(out_dir, cfg.resume)
-    latest = ckpt.latest_checkpoint(out_dir)
+    latest = ckpt.latest_usable_checkpoint(out_dir, log.warning)
     if cfg.resume and latest is None:
         log.info(f"resume=true but {out_dir / ckpt.CHECKPOINTS} has no checkpoint; starting at update 0")
     return latest
@@ -213,7 +213,8 @@ def _load_bank(cfg, resume_from: Optional[Path]):
     from evoharness_rl.experience import load_bank
 
     resumed = resume_from / "bank.json" if resume_from is not None else None
-    return load_bank(cfg.experience, resumed if resumed and resumed.exists() else None)  # else experience.bank, or empty
+    # the resumed run's bank, else experience.bank, else an empty one
+    return load_bank(cfg.experience, resumed if resumed and resumed.exists() else None, env=cfg.env.name)
 
 
 def _engine(cfg, run: Run, env_factory):

@@ -65,6 +65,41 @@ def latest_checkpoint(out_dir: str | Path) -> Optional[Path]:
     return found[-1] if found else None
 
 
+def checkpoint_damage(path: str | Path) -> str:
+    """What makes a checkpoint unusable ("" when nothing is found): cheap file checks of its trainer state, its
+    accelerate state files (torch's zip format: a truncated one has no central directory) and its model."""
+    import zipfile
+
+    from evoharness_rl.errors import UserError
+
+    path = Path(path)
+    try:
+        read_trainer_state(path)
+    except (OSError, ValueError, TypeError) as err:
+        return f"trainer_state.json does not load ({type(err).__name__})"
+    for file in sorted(path.glob("*.bin")) + sorted(path.glob("*.pt")):
+        if not zipfile.is_zipfile(file):
+            return f"{file.name} is damaged or truncated"
+    if (path / "model" / "config.json").is_file():
+        from evoharness_rl.models import check_checkpoint
+
+        try:
+            check_checkpoint(str(path / "model"))
+        except UserError as err:
+            return str(err)
+    return ""
+
+
+def latest_usable_checkpoint(out_dir: str | Path, note=print) -> Optional[Path]:
+    """The newest checkpoint without damage (`checkpoint_damage`); each newer damaged one is skipped with a note."""
+    for path in reversed(list_checkpoints(out_dir)):
+        damage = checkpoint_damage(path)
+        if not damage:
+            return path
+        note(f"checkpoint {path.name} is not usable ({damage}); falling back to the one before it")
+    return None
+
+
 def refuse_existing_run(out_dir: str | Path, resume: bool) -> None:
     """A new run (not `resume`) into an out_dir that holds GRPO checkpoints is refused: never mix two runs."""
     latest = None if resume else latest_checkpoint(out_dir)

@@ -149,6 +149,9 @@ def parse_response(
             allowed = ", ".join(enabled_verbs) if enabled_verbs else "none in this mode"
             return invalid(f"harness action '{verb}' is not available (harness actions: {allowed})", think)
         match = _HARNESS.match(action)
+        if match and _trailing_text(match.group("arg")):
+            return invalid(f"a harness call is one argument in brackets with nothing after it: {_VERB_USAGE[verb]}; "
+                           "give an environment action in its own response", think)
         arg = " ".join(match.group("arg").split()).strip("[]'\" ")[:MAX_ARGUMENT_CHARS] if match else ""
         if not arg:
             return invalid(f"harness calls need a non-empty argument in brackets: {_VERB_USAGE[verb]}", think)
@@ -156,6 +159,18 @@ def parse_response(
     if len(action) > MAX_ACTION_CHARS:
         return invalid(f"action is {len(action)} characters long; at most {MAX_ACTION_CHARS} allowed", think)
     return ParsedAction(ActionKind.ENV, action=action, think=think)
+
+
+def _trailing_text(arg: str) -> bool:
+    """Whether the text between a call's first `[` and its last `]` closes the bracket before its end:
+    `x] go to [y` (from `recall [x] go to [y]`) does, `[nested] brackets` (from `note [[nested] brackets]`) does not.
+    Unbalanced brackets that never close are left to the argument."""
+    depth = 1
+    for i, ch in enumerate(arg):
+        depth += (ch == "[") - (ch == "]")
+        if depth == 0:
+            return bool(arg[i + 1:].strip("] \t\n"))
+    return False
 
 
 def format_response(action_format: str, think: str, action: str) -> str:
