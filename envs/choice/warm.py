@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Sequence
 
 from evoharness_rl.envs.choice.adapter import COLOURS, ChoiceEnv
 
 
 def warm_choice_policy(model_dir: Path, out_dir: Path, steps: int = 120, seed: int = 0,
                        targets: tuple[str, ...] = COLOURS, tasks: int = 30) -> Path:
-    """SFT steps (AdamW, lr 1e-2, 8 examples a step) on the env_only first prompt of every task of
-    ChoiceEnv(tasks, targets), each paired with "<action>press COLOUR</action>" for a random colour;
-    the model is saved to `out_dir`, which is returned."""
+    """`warm_start` on ChoiceEnv(tasks, targets) in env_only mode, each prompt paired with
+    "<action>press COLOUR</action>" for a random colour."""
+    responses = [f"<action>press {colour}</action>" for colour in COLOURS]
+    return warm_start(model_dir, out_dir, ChoiceEnv(tasks, targets), responses, modes=("env_only",), steps=steps,
+                      seed=seed)
+
+
+def warm_start(model_dir: Path, out_dir: Path, env, responses: Sequence[str], modes: Sequence[str] = ("adaptive",),
+               steps: int = 50, seed: int = 0, max_steps: int = 4) -> Path:
+    """SFT steps (AdamW, lr 1e-2, 8 examples a step) on the first prompt of every train task of `env` (in each
+    harness mode of `modes`), each paired with a response drawn uniformly from `responses`; the model is saved to
+    `out_dir`, which is returned."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -24,14 +34,13 @@ def warm_choice_policy(model_dir: Path, out_dir: Path, steps: int = 120, seed: i
 
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    env = ChoiceEnv(tasks, targets)
-    responses = [f"<action>press {colour}</action>" for colour in COLOURS]
     rng = random.Random(seed)
     prompts = []
     for task_id in env.task_ids("train"):
-        episode = Episode(env, EpisodeSettings(mode="env_only", max_steps=4))
-        episode.reset(task_id)
-        prompts.append(tok.apply_chat_template(episode.prompt(), add_generation_prompt=True, tokenize=False))
+        for mode in modes:
+            episode = Episode(env, EpisodeSettings(mode=mode, max_steps=max_steps))
+            episode.reset(task_id)
+            prompts.append(tok.apply_chat_template(episode.prompt(), add_generation_prompt=True, tokenize=False))
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     model.train()
