@@ -16,7 +16,6 @@ and writes:
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import defaultdict
