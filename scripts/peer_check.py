@@ -160,7 +160,7 @@ def run_trl(warm: Path, seed: int, updates: int, out: Path) -> dict:
         learning_rate=s["learning_rate"], lr_scheduler_type="constant", warmup_steps=0, beta=s["kl_coef"],
         epsilon=s["clip_eps"], entropy_coef=s["entropy_coef"], weight_decay=s["weight_decay"],
         adam_epsilon=s["adam_eps"], max_grad_norm=s["max_grad_norm"], scale_rewards="group", loss_type="dapo",
-        num_iterations=1,
+        num_iterations=1, bf16=False, fp16=False,  # fp32 as ours (TRL's default, bf16 autocast, is slow on CPU)
     )
     clock = StepTimes()
     tokenizer = AutoTokenizer.from_pretrained(warm)
