@@ -310,9 +310,9 @@ def preflight(cfg) -> None:
     elif cfg.command in ("eval", "collect") and backend == "vllm_server":
         check_checkpoint(cfg.model.path, weights=False)  # the tokenizer only; the server holds the weights
     bank = cfg.experience.bank
-    if bank and cfg.command in ("eval", "collect", "grpo") and not Path(bank).is_file():
+    if bank and cfg.command in ("eval", "collect", "grpo", "consolidate") and not Path(bank).is_file():
         raise Refusal(f"experience.bank={bank!r} does not exist; give an existing bank file (`consolidate` or an "
-                      "online eval writes one), or leave experience.bank unset for an empty bank")
+                      "online eval writes one), or use experience.bank=null to start an empty bank")
     if bank and cfg.command in ("eval", "collect", "grpo", "consolidate") and Path(bank).is_file():
         from evoharness_rl.experience.bank import env_mismatch, file_env
 

@@ -383,13 +383,18 @@ def test_consolidate_tags_the_bank_it_writes(tmp_path, capsys):
     assert snapshot(out) == before
 
 
-@pytest.mark.parametrize("command", ["eval", "grpo"])
+@pytest.mark.parametrize("command", ["eval", "grpo", "collect", "consolidate"])
 def test_a_missing_bank_path_is_one_line_before_anything_loads(tmp_path, capsys, command):
-    model = fake_checkpoint(tmp_path / "model")
+    from evoharness_rl.rollout.trajectory import write_jsonl
+    from tests.experience import synthetic
+
+    model = fake_checkpoint(tmp_path / "model")  # never loads: the bank is refused first
+    write_jsonl(tmp_path / "t.jsonl", synthetic.batch(4))
     out = tmp_path / "run"
-    code, lines, _ = run_cli([command, "policy=hf", f"model.path={model}", "experience.bank=/nope.json",
-                              f"out_dir={out}"], capsys)
-    assert_one_line_error(code, lines, "experience.bank='/nope.json' does not exist", "leave experience.bank unset")
+    code, lines, _ = run_cli([command, "env=alfworld", "policy=hf", f"model.path={model}", "experience.bank=/nope.json",
+                              f"experience.trajectories={tmp_path / 't.jsonl'}", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, "experience.bank='/nope.json' does not exist",
+                          "use experience.bank=null to start an empty bank")
     assert snapshot(out) is None
 
 

@@ -253,7 +253,7 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
     out = Path(cfg.out_dir)
     if cfg.experience.bank and not Path(cfg.experience.bank).is_file():  # fail before any worker or model starts
         raise FileNotFoundError(f"experience.bank={cfg.experience.bank!r} does not exist; "
-                                "leave it unset for an empty bank")
+                                "use experience.bank=null to start an empty bank")
     scheduled = cfg.harness.schedule != "policy"
     source = read_source(cfg) if scheduled else None  # a bad source fails before any model or worker starts
     log = RunLogger(out, cfg.logger)

@@ -44,19 +44,19 @@ def consolidate_command(cfg: Any) -> Path:
         raise UserError(f"experience.trajectories={exp.trajectories} holds {', '.join(others)} episodes; a bank is "
                          f"one environment's: consolidate them with env={others[0]} into their own bank")
     out = Path(cfg.out_dir)
-    fresh = exp.bank and not Path(exp.bank).exists()
-    bank = ExperienceBank(exp.capacity) if fresh else load_bank(exp)  # a damaged bank fails before anything is written
+    if exp.bank and not Path(exp.bank).is_file():
+        raise UserError(f"experience.bank={exp.bank!r} does not exist; give an existing bank file, or use "
+                        "experience.bank=null to start an empty bank")
+    bank = load_bank(exp)  # a damaged bank fails before anything is written
     bank.claim_env(cfg.env.name, f"experience.bank={exp.bank}")
     log = RunLogger(out, getattr(cfg, "logger", None))
-    if fresh:
-        log.info(f"experience.bank={exp.bank} does not exist yet: starting from an empty bank")
     consolidator = make_consolidator(exp, cfg.env.name)
     limits = OpLimits(max_field_chars=exp.max_field_chars)
     ordered = sorted(trajectories, key=lambda t: canonical_key(t)[3])  # digest order mixes families in every batch
     batches = [ordered[i : i + exp.window] for i in range(0, len(ordered), exp.window)]
     log.info(f"consolidating {len(trajectories)} episodes in {len(batches)} batches with {consolidator.name}")
     reports = []
-    start_history(out / HISTORY_FILE, exp.bank if exp.bank and Path(exp.bank).exists() else None)
+    start_history(out / HISTORY_FILE, exp.bank or None)
     try:
         for batch in progress(batches, description="consolidate"):
             report = consolidate(bank, batch, consolidator, limits=limits, log=log)

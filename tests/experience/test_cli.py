@@ -95,11 +95,11 @@ def test_bank_report_from_a_run_directory(tmp_path):
         bank_report(tmp_path / "other")
 
 
-def test_a_bank_path_that_does_not_exist_yet_starts_empty(tmp_path):
-    """The README's `consolidate ... experience.bank=bank.json` before any bank exists: an empty start, said once."""
+def test_a_bank_path_that_does_not_exist_is_refused(tmp_path):
+    """A mistyped experience.bank must not silently start an empty bank (experience.bank=null does that)."""
     trajs = tmp_path / "t.jsonl"
     write_jsonl(trajs, synthetic.batch(8))
     missing = tmp_path / "new.json"
-    path = consolidate_command(make_cfg(tmp_path, trajs, bank=str(missing)))
-    assert ExperienceBank.load(path).update_index == 1 and not missing.exists()  # the input path is not written
-    assert "does not exist yet: starting from an empty bank" in (path.parent / "run.log").read_text()
+    with pytest.raises(ValueError, match=r"experience.bank='.*new.json' does not exist.*experience.bank=null"):
+        consolidate_command(make_cfg(tmp_path, trajs, bank=str(missing)))
+    assert not missing.exists() and not (tmp_path / "run").exists()
