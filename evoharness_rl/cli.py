@@ -309,6 +309,10 @@ def preflight(cfg) -> None:
         check_checkpoint(cfg.model.path)
     elif cfg.command in ("eval", "collect") and backend == "vllm_server":
         check_checkpoint(cfg.model.path, weights=False)  # the tokenizer only; the server holds the weights
+    if cfg.command in ("eval", "collect") and backend in ("openai", "vllm_server"):
+        from evoharness_rl.engines.openai import check_reachable
+
+        check_reachable(cfg.policy.base_url)  # a dead server: one line, not an eval of errored episodes
     bank = cfg.experience.bank
     if bank and cfg.command in ("eval", "collect", "grpo", "consolidate") and not Path(bank).is_file():
         raise Refusal(f"experience.bank={bank!r} does not exist; give an existing bank file (`consolidate` or an "
