@@ -269,6 +269,38 @@ def test_a_multirun_eval_writes_no_key_anywhere(tmp_path, capsys, monkeypatch):
         assert _grep(site, secret) == [] and _grep(tmp_path / "report", secret) == []
 
 
+def test_a_grpo_run_writes_no_key_anywhere(tmp_path, capsys, monkeypatch):
+    """GRPO with an openai consolidator whose server quotes the key in its 401: config.yaml, multirun.yaml, run.log,
+    history.jsonl, checkpoints and trajectories, then `view` and `report` over the run, hold no planted key."""
+    from evoharness_rl.models import init_model
+
+    monkeypatch.setenv("SERVICE_TOKEN", "sk-planted-token-42")
+    model = init_model("tiny", tmp_path / "model")
+    out = tmp_path / "sweep"
+    with EchoServer() as host:
+        url = f"http://user:sk-planted-url-17@{host}/v1?key=sk-planted-query-9"
+        code, lines, stdout = run_cli(["grpo", "--multirun", "env.name=choice", "device=cpu", f"model.path={model}",
+                                       f"policy.base_url='{url}'", "experience.consolidator=openai",
+                                       f"experience.base_url='{url}'", "experience.api_key_env=SERVICE_TOKEN",
+                                       "experience.model_name=m", "experience.max_retries=0", "grpo.updates=1",
+                                       "grpo.prompts_per_update=2", "grpo.group_size=2",
+                                       "grpo.mini_batch_trajectories=4", "grpo.micro_batch_samples=4",
+                                       "policy.max_new_tokens=8", "env.max_steps_train=2", "grpo.eval_every=0",
+                                       "env.num_workers=1", "logger.progress=false", "seed=0", f"out_dir={out}"],
+                                      capsys)
+    assert code == 0, lines
+    assert (out / "multirun.yaml").is_file() and (out / "0" / "final").is_dir()
+    assert "the consolidator call failed" in (out / "0" / "history.jsonl").read_text()  # the 401 was recorded
+    site, report = tmp_path / "site", tmp_path / "report"
+    code, lines2, stdout2 = run_cli(["view", f"runs=[{out / '0'}]", f"out_dir={site}"], capsys)
+    assert code == 0, lines2
+    code, lines3, stdout3 = run_cli(["report", f"runs=[{out / '0'}]", f"out_dir={report}"], capsys)
+    assert code == 0, lines3
+    for secret in ("sk-planted-token-42", "sk-planted-url-17", "sk-planted-query-9"):
+        assert _grep(out, secret) == [] and _grep(site, secret) == [] and _grep(report, secret) == [], secret
+        assert secret not in "\n".join([*lines, *lines2, *lines3, stdout, stdout2, stdout3]), secret
+
+
 def test_redact_text_removes_url_secrets_and_named_secrets():
     from evoharness_rl.runlog import REDACTED, redact_text, secrets_in
 

@@ -47,6 +47,10 @@ def map_concurrently(fn: Callable[[T], R], items: Sequence[T], concurrency: int)
         return list(pool.map(fn, items))
 
 
+class EndpointError(RuntimeError):
+    """A request that failed after the client's retries; the message is `error_completion`'s one redacted line."""
+
+
 def error_completion(exc: BaseException, url: Any = "", key: str = "") -> Completion:
     """The Completion of a request to `url` that failed after the client's retries (one line, URL without secrets;
     the server's message without the key or anything the URL carried, should the server echo them)."""
