@@ -449,6 +449,25 @@ def test_a_damaged_newest_grpo_checkpoint_falls_back_to_the_previous_one(tmp_pat
                      "to the one before it"]
 
 
+@pytest.mark.parametrize("data, split, message", [
+    ("games", "test", "ALFWorld has no split 'test'; splits: train, valid_seen, valid_unseen (set split=...)"),
+    ("games", "train", "games/train does not exist; expected the layout"),
+    ("games", "valid_unseen", "split 'valid_unseen' of env 'alfworld' has no tasks; run `evoharness-rl prepare`"),
+    ("nowhere", "valid_unseen", "nowhere does not exist; expected the layout"),
+])
+def test_missing_environment_data_leaves_a_finished_eval_as_it_was(tmp_path, capsys, data, split, message):
+    pytest.importorskip("alfworld")
+    out = tmp_path / "run"
+    code, lines, _ = run_cli([*CHOICE_EVAL, f"out_dir={out}"], capsys)
+    assert code == 0, lines
+    before = snapshot(out)
+    (tmp_path / "games" / "valid_unseen").mkdir(parents=True)  # a split folder without games
+    code, lines, _ = run_cli(["eval", "env=alfworld", f"env.data_path={tmp_path / data}", "policy=scripted",
+                              f"split={split}", "limit=1", "logger.progress=false", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, message)
+    assert snapshot(out) == before
+
+
 def test_a_split_the_environment_does_not_have_is_a_refusal():
     from evoharness_rl.errors import Refusal
     from evoharness_rl.eval.evaluate import split_tasks
