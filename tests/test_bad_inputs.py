@@ -85,6 +85,9 @@ def test_a_missing_model_path_is_one_line_without_a_hub_lookup(tmp_path, capsys,
     (lambda d: (d / "model.safetensors").write_bytes(b"\x05"), "is truncated"),
     (lambda d: (d / "model.safetensors").unlink(), "holds no weights"),
     (lambda d: (d / "tokenizer.json").unlink(), "no tokenizer.json"),
+    (lambda d: (d / "tokenizer.json").write_text("garbage\n" * 49), "tokenizer.json is not valid JSON"),
+    (lambda d: (d / "config.json").write_text(json.dumps({"model_type": "qwen99"})),
+     "model_type 'qwen99' is not a model this transformers knows"),
 ])
 def test_a_damaged_checkpoint_names_the_file_and_the_problem(tmp_path, capsys, damage, message):
     model = fake_checkpoint(tmp_path / "model")
