@@ -383,6 +383,8 @@ def guard_result(cfg, note) -> None:
         return
     if cfg.resume and cfg.command in ("sft", "grpo"):
         check_same_settings(cfg, target)
+        if cfg.command == "grpo":
+            check_usable_checkpoint(target)
         return
     if cfg.command in ("eval", "collect"):
         return
@@ -417,6 +419,18 @@ def check_same_settings(cfg, target: Path) -> None:
         keys = ",".join(c.split(":", 1)[0] for c in changed)
         raise Refusal(f"{target} was run with other settings ({'; '.join(changed)}); resume=true continues it with "
                       f"its own: drop those overrides, or change them on purpose with resume_changes=[{keys}]")
+
+
+def check_usable_checkpoint(target: Path) -> None:
+    """A GRPO resume falls back past damaged checkpoints; when none is usable it is refused (a start at update 0
+    would write over the run's checkpoints)."""
+    from evoharness_rl.errors import Refusal
+    from evoharness_rl.grpo.checkpoint import checkpoint_damage, latest_checkpoint, latest_usable_checkpoint
+
+    if latest_usable_checkpoint(target, lambda message: None) is None:
+        newest = latest_checkpoint(target)
+        raise Refusal(f"no checkpoint of {target} is usable (the newest, {newest.name}: {checkpoint_damage(newest)}); "
+                      "pass overwrite=true to start afresh (the run is moved aside first), or choose another out_dir")
 
 
 def _flat(data, prefix: str = "") -> dict:

@@ -449,6 +449,18 @@ def test_a_damaged_newest_grpo_checkpoint_falls_back_to_the_previous_one(tmp_pat
                      "to the one before it"]
 
 
+def test_a_grpo_resume_with_no_usable_checkpoint_is_refused_before_anything_loads(tmp_path, capsys):
+    model = fake_checkpoint(tmp_path / "model")  # never loads
+    out = _finished_grpo(tmp_path, model)
+    (out / "checkpoints" / "update_000004" / "optimizer.bin").write_bytes(b"PK\x03\x04 truncated")
+    before = snapshot(out)
+    code, lines, _ = run_cli(["grpo", f"model.path={model}", "grpo.learning_rate=3e-4", "resume=true",
+                              f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, f"no checkpoint of {out} is usable (the newest, update_000004: optimizer.bin "
+                                       "is damaged or truncated)", "overwrite=true")
+    assert snapshot(out) == before
+
+
 @pytest.mark.parametrize("data, split, message", [
     ("games", "test", "ALFWorld has no split 'test'; splits: train, valid_seen, valid_unseen (set split=...)"),
     ("games", "train", "games/train does not exist; expected the layout"),
