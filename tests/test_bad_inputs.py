@@ -109,7 +109,7 @@ def test_a_damaged_checkpoint_names_the_file_and_the_problem(tmp_path, capsys, d
     ("+foo.bar=1", "foo: no such config key"),
     ("+grpo.nope=2", "grpo.nope: no such config key"),
     ("env=nosuch", "Could not find 'env/nosuch'"),
-    ("grpo.updates=abc", "grpo.updates=abc"),
+    ("grpo.updates=abc", "grpo.updates=abc: Value 'abc' of type 'str' could not be converted to Integer; the key takes an integer"),
     ("grpo.group_size=1", "grpo.group_size=1 must be >= 2"),
     ("policy.request_timeout_s=0", "policy.request_timeout_s=0"),
     ("limit=-1", "limit=-1 must be > 0"),

@@ -188,6 +188,7 @@ def test_a_folder_with_only_a_garbage_config_names_config_json(tmp_path, capsys)
     code, lines, _ = run_cli(["sft", f"model.path={model}", f"sft.data={tmp_path}", f"out_dir={tmp_path / 'o'}"],
                              capsys)
     assert_one_line_error(code, lines, "config.json is not valid JSON")
+    assert snapshot(tmp_path / "o") is None
 
 
 def test_out_dir_that_is_a_file_is_one_line(tmp_path, capsys):
@@ -395,6 +396,27 @@ def test_a_bank_knows_its_environment_and_refuses_another(tmp_path, capsys):
         assert_one_line_error(code, lines, f"experience.bank={bank} is a webshop Experience bank; env=alfworld "
                                            "cannot use it")
         assert snapshot(out) is None and bank.read_bytes() == raw
+
+
+def test_consolidate_refuses_bad_trajectories_before_writing(tmp_path, capsys):
+    from evoharness_rl.rollout.trajectory import write_jsonl
+    from tests.experience import synthetic
+
+    trajectories = synthetic.batch(4)
+    trajectories[1].env = "webshop"  # one WebShop episode among ALFWorld ones: the bank would mix both
+    write_jsonl(tmp_path / "t.jsonl", trajectories)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    before = snapshot(out)
+    code, lines, _ = run_cli(["consolidate", "env=alfworld", f"experience.trajectories={tmp_path / 't.jsonl'}",
+                              "logger.progress=false", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, "holds webshop episodes; a bank is one environment's", "env=webshop")
+    assert snapshot(out) == before
+    code, lines, _ = run_cli(["consolidate", "env=alfworld", f"experience.trajectories={tmp_path / 'nope'}",
+                              "logger.progress=false", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, f"experience.trajectories={tmp_path / 'nope'} does not exist")
+    assert snapshot(out) == before
 
 
 def test_consolidate_tags_the_bank_it_writes(tmp_path, capsys):
