@@ -309,10 +309,14 @@ def preflight(cfg) -> None:
         check_checkpoint(cfg.model.path)
     elif cfg.command in ("eval", "collect") and backend == "vllm_server":
         check_checkpoint(cfg.model.path, weights=False)  # the tokenizer only; the server holds the weights
+    if cfg.command in ("eval", "collect") and backend in ("openai", "vllm_server"):
+        from evoharness_rl.engines.openai import check_reachable
+
+        check_reachable(cfg.policy.base_url)  # a dead server: one line, not an eval of errored episodes
     bank = cfg.experience.bank
-    if bank and cfg.command in ("eval", "collect", "grpo") and not Path(bank).is_file():
+    if bank and cfg.command in ("eval", "collect", "grpo", "consolidate") and not Path(bank).is_file():
         raise Refusal(f"experience.bank={bank!r} does not exist; give an existing bank file (`consolidate` or an "
-                      "online eval writes one), or leave experience.bank unset for an empty bank")
+                      "online eval writes one), or use experience.bank=null to start an empty bank")
     if bank and cfg.command in ("eval", "collect", "grpo", "consolidate") and Path(bank).is_file():
         from evoharness_rl.experience.bank import env_mismatch, file_env
 
@@ -379,6 +383,8 @@ def guard_result(cfg, note) -> None:
         return
     if cfg.resume and cfg.command in ("sft", "grpo"):
         check_same_settings(cfg, target)
+        if cfg.command == "grpo":
+            check_usable_checkpoint(target)
         return
     if cfg.command in ("eval", "collect"):
         return
@@ -413,6 +419,18 @@ def check_same_settings(cfg, target: Path) -> None:
         keys = ",".join(c.split(":", 1)[0] for c in changed)
         raise Refusal(f"{target} was run with other settings ({'; '.join(changed)}); resume=true continues it with "
                       f"its own: drop those overrides, or change them on purpose with resume_changes=[{keys}]")
+
+
+def check_usable_checkpoint(target: Path) -> None:
+    """A GRPO resume falls back past damaged checkpoints; when none is usable it is refused (a start at update 0
+    would write over the run's checkpoints)."""
+    from evoharness_rl.errors import Refusal
+    from evoharness_rl.grpo.checkpoint import checkpoint_damage, latest_checkpoint, latest_usable_checkpoint
+
+    if latest_usable_checkpoint(target, lambda message: None) is None:
+        newest = latest_checkpoint(target)
+        raise Refusal(f"no checkpoint of {target} is usable (the newest, {newest.name}: {checkpoint_damage(newest)}); "
+                      "pass overwrite=true to start afresh (the run is moved aside first), or choose another out_dir")
 
 
 def _flat(data, prefix: str = "") -> dict:

@@ -85,6 +85,9 @@ def test_a_missing_model_path_is_one_line_without_a_hub_lookup(tmp_path, capsys,
     (lambda d: (d / "model.safetensors").write_bytes(b"\x05"), "is truncated"),
     (lambda d: (d / "model.safetensors").unlink(), "holds no weights"),
     (lambda d: (d / "tokenizer.json").unlink(), "no tokenizer.json"),
+    (lambda d: (d / "tokenizer.json").write_text("garbage\n" * 49), "tokenizer.json is not valid JSON"),
+    (lambda d: (d / "config.json").write_text(json.dumps({"model_type": "qwen99"})),
+     "model_type 'qwen99' is not a model this transformers knows"),
 ])
 def test_a_damaged_checkpoint_names_the_file_and_the_problem(tmp_path, capsys, damage, message):
     model = fake_checkpoint(tmp_path / "model")
@@ -106,7 +109,7 @@ def test_a_damaged_checkpoint_names_the_file_and_the_problem(tmp_path, capsys, d
     ("+foo.bar=1", "foo: no such config key"),
     ("+grpo.nope=2", "grpo.nope: no such config key"),
     ("env=nosuch", "Could not find 'env/nosuch'"),
-    ("grpo.updates=abc", "grpo.updates=abc"),
+    ("grpo.updates=abc", "grpo.updates=abc: Value 'abc' of type 'str' could not be converted to Integer; the key takes an integer"),
     ("grpo.group_size=1", "grpo.group_size=1 must be >= 2"),
     ("policy.request_timeout_s=0", "policy.request_timeout_s=0"),
     ("limit=-1", "limit=-1 must be > 0"),
@@ -229,27 +232,30 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_dead_server_is_named_and_an_all_errored_eval_exits_non_zero(tmp_path, capsys):
+@pytest.mark.parametrize("policy", ["openai", "vllm_server"])
+def test_a_dead_server_is_one_line_before_the_eval_starts(tmp_path, capsys, policy):
     from evoharness_rl.engines.base import SamplingSettings
     from evoharness_rl.engines.openai import OpenAIBackend
 
     port = _closed_port()
     url = f"http://user:secret@127.0.0.1:{port}/v1?key=secret"
-    backend = OpenAIBackend(url, "m", max_retries=0, timeout=5.0)
+    backend = OpenAIBackend(url, "m", max_retries=0, timeout=5.0)  # a server that dies mid-run: one line per request
     completion = backend._one([{"role": "user", "content": "hi"}], SamplingSettings())
     assert completion.finish_reason == "error" and "\n" not in completion.error
     assert f"from http://127.0.0.1:{port}/v1" in completion.error and "secret" not in completion.error
 
     out = tmp_path / "run"
-    code, lines, _ = run_cli(["eval", "env.name=choice", "policy=openai", f"policy.base_url='{url}'",
-                              "policy.model_name=m", "policy.max_retries=0", "split=test", "limit=2",
-                              "env.num_workers=1", "logger.progress=false", f"out_dir={out}"], capsys)
-    errors = [line for line in lines if line.startswith("error:")]
-    assert code == 1 and len(errors) == 1, lines
-    assert "all 2 episodes errored (first: " in errors[0] and "127.0.0.1" in errors[0]
-    assert "secret" not in errors[0]
-    for path in out.rglob("*"):  # a key in base_url never reaches a file
-        assert not path.is_file() or "secret" not in path.read_text(), path
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    before = snapshot(out)
+    model = fake_checkpoint(tmp_path / "model")  # vllm_server reads the tokenizer only
+    code, lines, stdout = run_cli(["eval", "env.name=choice", f"policy={policy}", f"policy.base_url='{url}'",
+                                   f"model.path={model}", "policy.model_name=m", "policy.max_retries=0", "split=test",
+                                   "limit=2", "env.num_workers=1", "logger.progress=false", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, f"policy.base_url=http://127.0.0.1:{port}/v1: no server answers there",
+                          "start the server")
+    assert stdout == "" and not any("secret" in line for line in lines)
+    assert snapshot(out) == before
 
 
 def test_env_pool_ray_without_ray_installed_is_one_line(tmp_path, capsys, monkeypatch):

@@ -188,6 +188,7 @@ def test_a_folder_with_only_a_garbage_config_names_config_json(tmp_path, capsys)
     code, lines, _ = run_cli(["sft", f"model.path={model}", f"sft.data={tmp_path}", f"out_dir={tmp_path / 'o'}"],
                              capsys)
     assert_one_line_error(code, lines, "config.json is not valid JSON")
+    assert snapshot(tmp_path / "o") is None
 
 
 def test_out_dir_that_is_a_file_is_one_line(tmp_path, capsys):
@@ -267,6 +268,38 @@ def test_a_multirun_eval_writes_no_key_anywhere(tmp_path, capsys, monkeypatch):
     assert code == 0, lines
     for secret in ("sk-planted-token-42", "sk-planted-url-17", "sk-planted-query-9"):
         assert _grep(site, secret) == [] and _grep(tmp_path / "report", secret) == []
+
+
+def test_a_grpo_run_writes_no_key_anywhere(tmp_path, capsys, monkeypatch):
+    """GRPO with an openai consolidator whose server quotes the key in its 401: config.yaml, multirun.yaml, run.log,
+    history.jsonl, checkpoints and trajectories, then `view` and `report` over the run, hold no planted key."""
+    from evoharness_rl.models import init_model
+
+    monkeypatch.setenv("SERVICE_TOKEN", "sk-planted-token-42")
+    model = init_model("tiny", tmp_path / "model")
+    out = tmp_path / "sweep"
+    with EchoServer() as host:
+        url = f"http://user:sk-planted-url-17@{host}/v1?key=sk-planted-query-9"
+        code, lines, stdout = run_cli(["grpo", "--multirun", "env.name=choice", "device=cpu", f"model.path={model}",
+                                       f"policy.base_url='{url}'", "experience.consolidator=openai",
+                                       f"experience.base_url='{url}'", "experience.api_key_env=SERVICE_TOKEN",
+                                       "experience.model_name=m", "experience.max_retries=0", "grpo.updates=1",
+                                       "grpo.prompts_per_update=2", "grpo.group_size=2",
+                                       "grpo.mini_batch_trajectories=4", "grpo.micro_batch_samples=4",
+                                       "policy.max_new_tokens=8", "env.max_steps_train=2", "grpo.eval_every=0",
+                                       "env.num_workers=1", "logger.progress=false", "seed=0", f"out_dir={out}"],
+                                      capsys)
+    assert code == 0, lines
+    assert (out / "multirun.yaml").is_file() and (out / "0" / "final").is_dir()
+    assert "the consolidator call failed" in (out / "0" / "history.jsonl").read_text()  # the 401 was recorded
+    site, report = tmp_path / "site", tmp_path / "report"
+    code, lines2, stdout2 = run_cli(["view", f"runs=[{out / '0'}]", f"out_dir={site}"], capsys)
+    assert code == 0, lines2
+    code, lines3, stdout3 = run_cli(["report", f"runs=[{out / '0'}]", f"out_dir={report}"], capsys)
+    assert code == 0, lines3
+    for secret in ("sk-planted-token-42", "sk-planted-url-17", "sk-planted-query-9"):
+        assert _grep(out, secret) == [] and _grep(site, secret) == [] and _grep(report, secret) == [], secret
+        assert secret not in "\n".join([*lines, *lines2, *lines3, stdout, stdout2, stdout3]), secret
 
 
 def test_redact_text_removes_url_secrets_and_named_secrets():
@@ -365,6 +398,27 @@ def test_a_bank_knows_its_environment_and_refuses_another(tmp_path, capsys):
         assert snapshot(out) is None and bank.read_bytes() == raw
 
 
+def test_consolidate_refuses_bad_trajectories_before_writing(tmp_path, capsys):
+    from evoharness_rl.rollout.trajectory import write_jsonl
+    from tests.experience import synthetic
+
+    trajectories = synthetic.batch(4)
+    trajectories[1].env = "webshop"  # one WebShop episode among ALFWorld ones: the bank would mix both
+    write_jsonl(tmp_path / "t.jsonl", trajectories)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine\n")
+    before = snapshot(out)
+    code, lines, _ = run_cli(["consolidate", "env=alfworld", f"experience.trajectories={tmp_path / 't.jsonl'}",
+                              "logger.progress=false", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, "holds webshop episodes; a bank is one environment's", "env=webshop")
+    assert snapshot(out) == before
+    code, lines, _ = run_cli(["consolidate", "env=alfworld", f"experience.trajectories={tmp_path / 'nope'}",
+                              "logger.progress=false", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, f"experience.trajectories={tmp_path / 'nope'} does not exist")
+    assert snapshot(out) == before
+
+
 def test_consolidate_tags_the_bank_it_writes(tmp_path, capsys):
     from evoharness_rl.experience import ExperienceBank
     from evoharness_rl.rollout.trajectory import write_jsonl
@@ -383,13 +437,18 @@ def test_consolidate_tags_the_bank_it_writes(tmp_path, capsys):
     assert snapshot(out) == before
 
 
-@pytest.mark.parametrize("command", ["eval", "grpo"])
+@pytest.mark.parametrize("command", ["eval", "grpo", "collect", "consolidate"])
 def test_a_missing_bank_path_is_one_line_before_anything_loads(tmp_path, capsys, command):
-    model = fake_checkpoint(tmp_path / "model")
+    from evoharness_rl.rollout.trajectory import write_jsonl
+    from tests.experience import synthetic
+
+    model = fake_checkpoint(tmp_path / "model")  # never loads: the bank is refused first
+    write_jsonl(tmp_path / "t.jsonl", synthetic.batch(4))
     out = tmp_path / "run"
-    code, lines, _ = run_cli([command, "policy=hf", f"model.path={model}", "experience.bank=/nope.json",
-                              f"out_dir={out}"], capsys)
-    assert_one_line_error(code, lines, "experience.bank='/nope.json' does not exist", "leave experience.bank unset")
+    code, lines, _ = run_cli([command, "env=alfworld", "policy=hf", f"model.path={model}", "experience.bank=/nope.json",
+                              f"experience.trajectories={tmp_path / 't.jsonl'}", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, "experience.bank='/nope.json' does not exist",
+                          "use experience.bank=null to start an empty bank")
     assert snapshot(out) is None
 
 
@@ -410,6 +469,37 @@ def test_a_damaged_newest_grpo_checkpoint_falls_back_to_the_previous_one(tmp_pat
     assert latest_usable_checkpoint(tmp_path, notes.append).name == "update_000002"
     assert notes == ["checkpoint update_000004 is not usable (optimizer.bin is damaged or truncated); falling back "
                      "to the one before it"]
+
+
+def test_a_grpo_resume_with_no_usable_checkpoint_is_refused_before_anything_loads(tmp_path, capsys):
+    model = fake_checkpoint(tmp_path / "model")  # never loads
+    out = _finished_grpo(tmp_path, model)
+    (out / "checkpoints" / "update_000004" / "optimizer.bin").write_bytes(b"PK\x03\x04 truncated")
+    before = snapshot(out)
+    code, lines, _ = run_cli(["grpo", f"model.path={model}", "grpo.learning_rate=3e-4", "resume=true",
+                              f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, f"no checkpoint of {out} is usable (the newest, update_000004: optimizer.bin "
+                                       "is damaged or truncated)", "overwrite=true")
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("data, split, message", [
+    ("games", "test", "ALFWorld has no split 'test'; splits: train, valid_seen, valid_unseen (set split=...)"),
+    ("games", "train", "games/train does not exist; expected the layout"),
+    ("games", "valid_unseen", "split 'valid_unseen' of env 'alfworld' has no tasks; run `evoharness-rl prepare`"),
+    ("nowhere", "valid_unseen", "nowhere does not exist; expected the layout"),
+])
+def test_missing_environment_data_leaves_a_finished_eval_as_it_was(tmp_path, capsys, data, split, message):
+    pytest.importorskip("alfworld")
+    out = tmp_path / "run"
+    code, lines, _ = run_cli([*CHOICE_EVAL, f"out_dir={out}"], capsys)
+    assert code == 0, lines
+    before = snapshot(out)
+    (tmp_path / "games" / "valid_unseen").mkdir(parents=True)  # a split folder without games
+    code, lines, _ = run_cli(["eval", "env=alfworld", f"env.data_path={tmp_path / data}", "policy=scripted",
+                              f"split={split}", "limit=1", "logger.progress=false", f"out_dir={out}"], capsys)
+    assert_one_line_error(code, lines, message)
+    assert snapshot(out) == before
 
 
 def test_a_split_the_environment_does_not_have_is_a_refusal():

@@ -47,6 +47,10 @@ def map_concurrently(fn: Callable[[T], R], items: Sequence[T], concurrency: int)
         return list(pool.map(fn, items))
 
 
+class EndpointError(RuntimeError):
+    """A request that failed after the client's retries; the message is `error_completion`'s one redacted line."""
+
+
 def error_completion(exc: BaseException, url: Any = "", key: str = "") -> Completion:
     """The Completion of a request to `url` that failed after the client's retries (one line, URL without secrets;
     the server's message without the key or anything the URL carried, should the server echo them)."""
@@ -66,6 +70,27 @@ def public_url(url: Any) -> str:
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def check_reachable(base_url: str, key: str = "policy.base_url", timeout: float = 10.0) -> None:
+    """Refuse an endpoint that nothing answers at (no server, a wrong port or host) before any work starts, in one
+    line without the URL's secrets; any HTTP answer, an error status included, counts as a server."""
+    import httpx
+
+    from evoharness_rl.errors import Refusal
+    from evoharness_rl.runlog import redact_text, secrets_in
+
+    if not base_url:
+        return  # make_client says what to give
+    try:
+        url = httpx.URL(str(base_url))
+        httpx.get(url.copy_with(path=url.path.rstrip("/") + "/models"), timeout=timeout)
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol) as exc:
+        reason = redact_text(" ".join(str(exc).split()), secrets_in(str(base_url))) or type(exc).__name__
+        raise Refusal(f"{key}={public_url(base_url)}: no server answers there ({reason}); start the server, or point "
+                      f"{key} at a running one") from None
+    except httpx.HTTPError:
+        pass  # it answered, if badly: the run reports what it says
 
 
 class OpenAIBackend(GenerationBackend):

@@ -59,22 +59,26 @@ TEXT_POLICIES = ("scripted", "replay", "openai")
 
 def split_tasks(env_factory: Callable[[], Any], split: str, limit: Optional[int] = None,
                 prompt_style: str = "paper") -> tuple[list[str], str]:
-    """The first `limit` task ids of `split` in the env's fixed order, and the env's prompt version."""
-    env = env_factory()
+    """The first `limit` task ids of `split` in the env's fixed order, and the env's prompt version. Nothing has run
+    yet: missing data, a split the environment does not have or holds no tasks of is a `Refusal`."""
+    from evoharness_rl.errors import Refusal, UserError
+
+    try:
+        env = env_factory()
+    except UserError as err:  # the environment's data is missing or not in its layout
+        raise (err if isinstance(err, Refusal) else Refusal(str(err))) from None
     try:
         tasks = list(env.task_ids(split))
         version = env.spec.versioned(prompt_style)
-    except ValueError as err:  # a split the environment does not have: nothing has run yet
-        from evoharness_rl.errors import Refusal
-
+    except ValueError as err:  # a split the environment does not have
         raise Refusal(f"{' '.join(str(err).split())} (set split=...)") from None
+    except UserError as err:  # its folder is missing
+        raise (err if isinstance(err, Refusal) else Refusal(str(err))) from None
     finally:
         env.close()
     if not tasks:
-        from evoharness_rl.errors import UserError
-
-        raise UserError(f"split {split!r} of env {env.spec.name!r} has no tasks; run `evoharness-rl prepare` "
-                        "or check env.data_path")
+        raise Refusal(f"split {split!r} of env {env.spec.name!r} has no tasks; run `evoharness-rl prepare` "
+                      "or check env.data_path")
     return (tasks[:limit] if limit else tasks), version
 
 
@@ -253,7 +257,7 @@ def run_eval(cfg: Any, engine: Optional[RolloutEngine] = None) -> EvalResult:
     out = Path(cfg.out_dir)
     if cfg.experience.bank and not Path(cfg.experience.bank).is_file():  # fail before any worker or model starts
         raise FileNotFoundError(f"experience.bank={cfg.experience.bank!r} does not exist; "
-                                "leave it unset for an empty bank")
+                                "use experience.bank=null to start an empty bank")
     scheduled = cfg.harness.schedule != "policy"
     source = read_source(cfg) if scheduled else None  # a bad source fails before any model or worker starts
     log = RunLogger(out, cfg.logger)

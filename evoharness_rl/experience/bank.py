@@ -339,7 +339,7 @@ class ExperienceBank:
         """Read a bank file; `capacity` (if given) replaces the stored one from the next edit on."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"Experience bank {path} does not exist (leave experience.bank unset for an empty bank)")
+            raise FileNotFoundError(f"Experience bank {path} does not exist (use experience.bank=null to start an empty bank)")
         data = _parse(path.read_text(encoding="utf-8", errors="replace"), path)
         bank = cls.from_dict(data)
         if capacity is not None:

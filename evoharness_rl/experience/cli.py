@@ -29,34 +29,22 @@ REPORT_ROWS = 10  # operation rows in the report table (consolidations are group
 
 def consolidate_command(cfg: Any) -> Path:
     """Consolidate saved trajectories into a bank; -> the written bank path."""
+    from evoharness_rl.errors import Refusal, UserError
     from evoharness_rl.runlog import RunLogger, progress
 
-    from evoharness_rl.config import ConfigError as UserError  # a UserError that is a ValueError too
-
     exp = cfg.experience
-    if not exp.trajectories:
-        raise UserError("consolidate needs experience.trajectories=<.jsonl file | trajectories/ folder | run directory>")
-    trajectories = read_trajectories(exp.trajectories)
-    if not trajectories:
-        raise UserError(f"experience.trajectories={exp.trajectories} holds no trajectories (*.jsonl / *.json records)")
-    others = sorted({t.env for t in trajectories if t.env and t.env != cfg.env.name})
-    if others:
-        raise UserError(f"experience.trajectories={exp.trajectories} holds {', '.join(others)} episodes; a bank is "
-                         f"one environment's: consolidate them with env={others[0]} into their own bank")
     out = Path(cfg.out_dir)
-    fresh = exp.bank and not Path(exp.bank).exists()
-    bank = ExperienceBank(exp.capacity) if fresh else load_bank(exp)  # a damaged bank fails before anything is written
-    bank.claim_env(cfg.env.name, f"experience.bank={exp.bank}")
+    try:  # every input is checked before anything is written: a refusal leaves out_dir as it was
+        trajectories, bank, consolidator = _inputs(cfg)
+    except (UserError, FileNotFoundError, ValueError) as err:
+        raise (err if isinstance(err, Refusal) else Refusal(" ".join(str(err).split()))) from None
     log = RunLogger(out, getattr(cfg, "logger", None))
-    if fresh:
-        log.info(f"experience.bank={exp.bank} does not exist yet: starting from an empty bank")
-    consolidator = make_consolidator(exp, cfg.env.name)
     limits = OpLimits(max_field_chars=exp.max_field_chars)
     ordered = sorted(trajectories, key=lambda t: canonical_key(t)[3])  # digest order mixes families in every batch
     batches = [ordered[i : i + exp.window] for i in range(0, len(ordered), exp.window)]
     log.info(f"consolidating {len(trajectories)} episodes in {len(batches)} batches with {consolidator.name}")
     reports = []
-    start_history(out / HISTORY_FILE, exp.bank if exp.bank and Path(exp.bank).exists() else None)
+    start_history(out / HISTORY_FILE, exp.bank or None)
     try:
         for batch in progress(batches, description="consolidate"):
             report = consolidate(bank, batch, consolidator, limits=limits, log=log)
@@ -70,6 +58,28 @@ def consolidate_command(cfg: Any) -> Path:
     failures = sum(len(r["failures"]) + len(r["rejected"]) for r in reports)
     print(f"bank: {out / 'bank.json'} ({bank.composition()}); failures: {failures}; report: {out / 'bank_report.md'}")
     return out / "bank.json"
+
+
+def _inputs(cfg: Any) -> tuple[list[Trajectory], ExperienceBank, Any]:
+    """(the trajectories, the starting bank, the consolidator) of a `consolidate` run, or the error naming the field."""
+    from evoharness_rl.errors import UserError
+
+    exp = cfg.experience
+    if not exp.trajectories:
+        raise UserError("consolidate needs experience.trajectories=<.jsonl file | trajectories/ folder | run directory>")
+    trajectories = read_trajectories(exp.trajectories)
+    if not trajectories:
+        raise UserError(f"experience.trajectories={exp.trajectories} holds no trajectories (*.jsonl / *.json records)")
+    others = sorted({t.env for t in trajectories if t.env and t.env != cfg.env.name})
+    if others:
+        raise UserError(f"experience.trajectories={exp.trajectories} holds {', '.join(others)} episodes; a bank is "
+                        f"one environment's: consolidate them with env={others[0]} into their own bank")
+    if exp.bank and not Path(exp.bank).is_file():
+        raise UserError(f"experience.bank={exp.bank!r} does not exist; give an existing bank file, or use "
+                        "experience.bank=null to start an empty bank")
+    bank = load_bank(exp)  # a damaged bank fails here
+    bank.claim_env(cfg.env.name, f"experience.bank={exp.bank}")
+    return trajectories, bank, make_consolidator(exp, cfg.env.name)
 
 
 def read_trajectories(source: str | os.PathLike) -> list[Trajectory]:

@@ -382,7 +382,13 @@ def openai_generate_text(
     client = OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=max_retries, timeout=timeout_s)
 
     def generate_text(messages: list[dict[str, str]]) -> str:
-        response = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens, temperature=temperature)
+        try:
+            response = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
+                                                      temperature=temperature)
+        except Exception as exc:  # noqa: BLE001 - a server may quote the key or the URL's secrets: say it redacted
+            from evoharness_rl.engines.openai import EndpointError, error_completion
+
+            raise EndpointError(error_completion(exc, client.base_url, client.api_key).error) from None
         usage = getattr(response, "usage", None)
         return Reply(response.choices[0].message.content or "", getattr(usage, "prompt_tokens", None),
                      getattr(usage, "completion_tokens", None), response.choices[0].finish_reason)

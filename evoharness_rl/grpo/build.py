@@ -82,6 +82,7 @@ def setup(cfg, env_factory=None) -> Run:
     sampler = TaskSampler(train_tasks, cfg.seed)
     if resume_from is not None:
         state = ckpt.restore_checkpoint(acc, resume_from, out_dir)
+        apply_settings(cfg, optimizer, scheduler)
         sampler.load_state_dict(state.sampler)
         log.info(f"resumed from {ckpt.describe(resume_from)}")
     run = Run(cfg=cfg, accelerator=acc, plan=plan, log=log, model=model, tokenizer=tokenizer, reference=reference,
@@ -200,6 +201,18 @@ def _optimizer(cfg, model, device):
         optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
     )
     return optimizer, scheduler
+
+
+def apply_settings(cfg, optimizer, scheduler) -> None:
+    """A restored optimizer and scheduler carry the learning rate, weight decay and epsilon they were saved with;
+    a resumed run uses its config's (they differ only where `resume_changes` names them)."""
+    g = cfg.grpo
+    inner = getattr(scheduler, "scheduler", scheduler)  # accelerate's wrapper
+    inner.base_lrs = [g.learning_rate] * len(optimizer.param_groups)
+    for group, factor in zip(optimizer.param_groups, inner.lr_lambdas):
+        group.update(initial_lr=g.learning_rate, lr=g.learning_rate * factor(inner.last_epoch),
+                     weight_decay=g.weight_decay, eps=g.adam_eps)
+    inner._last_lr = [group["lr"] for group in optimizer.param_groups]
 
 
 def has_bank(cfg) -> bool:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from evoharness_rl.config import Config
+from evoharness_rl.errors import Refusal
 from evoharness_rl.experience import ExperienceBank
 from evoharness_rl.experience.cli import bank_report, consolidate_command, read_trajectories
 from evoharness_rl.rollout.trajectory import write_jsonl
@@ -50,14 +51,15 @@ def test_the_input_bank_is_never_modified(tmp_path):
     assert seed.read_bytes() == raw and ExperienceBank.load(path).entries
 
 
-def test_consolidate_errors_name_the_field(tmp_path):
-    with pytest.raises(ValueError, match="experience.trajectories"):
+def test_consolidate_errors_name_the_field_and_write_nothing(tmp_path):
+    with pytest.raises(Refusal, match="experience.trajectories"):
         consolidate_command(_without_trajectories(tmp_path))
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(Refusal, match="does not exist"):
         consolidate_command(make_cfg(tmp_path, tmp_path / "nowhere"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="holds no trajectories"):
+    with pytest.raises(Refusal, match="holds no trajectories"):
         consolidate_command(make_cfg(tmp_path, tmp_path / "empty"))
+    assert not (tmp_path / "run").exists()
 
 
 def _without_trajectories(tmp_path):
@@ -95,11 +97,11 @@ def test_bank_report_from_a_run_directory(tmp_path):
         bank_report(tmp_path / "other")
 
 
-def test_a_bank_path_that_does_not_exist_yet_starts_empty(tmp_path):
-    """The README's `consolidate ... experience.bank=bank.json` before any bank exists: an empty start, said once."""
+def test_a_bank_path_that_does_not_exist_is_refused(tmp_path):
+    """A mistyped experience.bank must not silently start an empty bank (experience.bank=null does that)."""
     trajs = tmp_path / "t.jsonl"
     write_jsonl(trajs, synthetic.batch(8))
     missing = tmp_path / "new.json"
-    path = consolidate_command(make_cfg(tmp_path, trajs, bank=str(missing)))
-    assert ExperienceBank.load(path).update_index == 1 and not missing.exists()  # the input path is not written
-    assert "does not exist yet: starting from an empty bank" in (path.parent / "run.log").read_text()
+    with pytest.raises(Refusal, match=r"experience.bank='.*new.json' does not exist.*experience.bank=null"):
+        consolidate_command(make_cfg(tmp_path, trajs, bank=str(missing)))
+    assert not missing.exists() and not (tmp_path / "run").exists()

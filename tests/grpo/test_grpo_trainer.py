@@ -248,6 +248,21 @@ def test_existing_checkpoints_need_resume(tmp_path):
         run_grpo(cfg, env_factory=envs)
 
 
+def test_a_learning_rate_changed_on_resume_reaches_the_restored_optimizer(tiny_model_dir, tmp_path):
+    """`resume=true resume_changes=[grpo.learning_rate]`: accelerate restores the optimizer and scheduler with the
+    learning rate they were saved with; the resumed updates must take the new one."""
+    cfg, envs = _grpo(tiny_model_dir, tmp_path / "run", updates=1, learning_rate=1e-3)
+    run_grpo(cfg, env_factory=envs)
+    cfg, envs = _grpo(tiny_model_dir, tmp_path / "run", updates=2, learning_rate=0.5, weight_decay=0.25)
+    cfg.resume, cfg.resume_changes = True, ["grpo.learning_rate", "grpo.weight_decay"]
+    run_grpo(cfg, env_factory=envs)
+    assert [r["lr"] for r in read_metrics(tmp_path / "run")] == [1e-3, 0.5]
+    saved = ckpt.checkpoint_path(tmp_path / "run", 2)
+    (group,) = torch.load(saved / "optimizer.bin", weights_only=False)["param_groups"]
+    assert (group["lr"], group["initial_lr"], group["weight_decay"]) == (0.5, 0.5, 0.25)
+    assert torch.load(saved / "scheduler.bin", weights_only=False)["base_lrs"] == [0.5]
+
+
 def _subprocess_run(model_dir: Path, out_dir: Path, resume: bool, policy=None, extra_env=None, marker_dir=None,
                     **grpo) -> subprocess.Popen:
     code = (
