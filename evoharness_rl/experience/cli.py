@@ -95,12 +95,16 @@ def read_trajectories(source: str | os.PathLike) -> list[Trajectory]:
         raise FileNotFoundError(f"experience.trajectories={source} does not exist")
     out: list[Trajectory] = []
     for file in files:
-        if file.suffix == ".jsonl":
-            out.extend(read_jsonl(file))
-            continue
-        data = json.loads(file.read_text(encoding="utf-8"))
-        records = data if isinstance(data, list) else [data]
-        out.extend(Trajectory.from_dict(r) for r in records if isinstance(r, dict) and "task_id" in r)
+        try:
+            if file.suffix == ".jsonl":
+                out.extend(read_jsonl(file))
+                continue
+            data = json.loads(file.read_text(encoding="utf-8"))
+            records = data if isinstance(data, list) else [data]
+            out.extend(Trajectory.from_dict(r) for r in records if isinstance(r, dict) and "task_id" in r)
+        except (ValueError, TypeError, KeyError, AttributeError) as err:  # JSONDecodeError is a ValueError
+            raise ValueError(f"{file} is not a trajectory file ({type(err).__name__}: {' '.join(str(err).split())[:120]}); "
+                             "remove it or point experience.trajectories at the run's trajectories") from None
     return out
 
 

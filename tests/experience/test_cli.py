@@ -62,6 +62,17 @@ def test_consolidate_errors_name_the_field_and_write_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("name,text", [("bad.jsonl", '{"task_id": "t"\n'), ("bad.json", "[1, {garbage")])
+def test_a_damaged_trajectory_file_is_named(tmp_path, name, text):
+    folder = tmp_path / "trajs"
+    folder.mkdir()
+    write_jsonl(folder / "good.jsonl", synthetic.batch(2))
+    (folder / name).write_text(text)
+    with pytest.raises(Refusal, match=f"{name} is not a trajectory file"):
+        consolidate_command(make_cfg(tmp_path, folder))
+    assert not (tmp_path / "run").exists()
+
+
 def _without_trajectories(tmp_path):
     cfg = make_cfg(tmp_path, "x")
     cfg.experience.trajectories = None
