@@ -27,7 +27,7 @@ def _episodes(folder: Path) -> list[dict]:
 
 def _calls(episode: dict, env: DiagnosticsEnv) -> tuple[int, int]:
     """(calls at a decision point, all calls) of one recorded episode."""
-    flags = decision_point(env, episode["task_id"], episode["turns"])
+    flags = decision_point(env, episode["task_id"], episode["turns"], episode.get("seed") or 0)
     calls = [flag for flag, turn in zip(flags, episode["turns"]) if turn["action_kind"] == HARNESS]
     return sum(calls), len(calls)
 

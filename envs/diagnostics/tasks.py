@@ -274,14 +274,17 @@ class DiagnosticsEnv(Environment):
     def task_family(self, task_id: str) -> str:
         return self._game(task_id).family
 
-    def _game(self, task_id: str) -> _Game:
+    def _game(self, task_id: str, seed: int = 0) -> _Game:
         task, variant, split, index = split_task_id(task_id)
-        rng = random.Random(f"{task}/{variant}/{split}/{index}")
-        return _GAMES[task](self.settings, variant == "control", rng)
+        # Progress's panels are drawn anew for each reset seed (GRPO gives every update's group another): with the
+        # same panels in every episode of a task, GRPO learned its 64 training tasks' answers by heart instead of
+        # calling `commit`. The other tasks stay fixed per task id (a vault is its task's family).
+        key = f"{task}/{variant}/{split}/{index}" + (f"/{seed}" if task == "progress" and seed else "")
+        return _GAMES[task](self.settings, variant == "control", random.Random(key))
 
     def reset(self, task_id: str, seed: int = 0) -> tuple[Task, StepResult]:
         kind, variant, split, _ = split_task_id(task_id)
-        self.game = self._game(task_id)
+        self.game = self._game(task_id, seed)
         info = {"task": kind, "variant": variant, "max_steps": self.game.budget, "verb": VERB_OF[kind]}
         self.task = Task(task_id, self.game.family, self.game.objective, split=split, info=info)
         return self.task, self.game.first()
@@ -304,12 +307,12 @@ class DiagnosticsEnv(Environment):
         return RandomCallTeacher(self, enabled_verbs, harness_rate, rng)
 
 
-def decision_point(env: DiagnosticsEnv, task_id: str, turns: list[Any]) -> list[bool]:
+def decision_point(env: DiagnosticsEnv, task_id: str, turns: list[Any], seed: int = 0) -> list[bool]:
     """For each turn of a recorded episode, whether it was taken at the task's decision point.
 
-    The episode is replayed from its environment actions (`turn.action_kind == "env"`), so any
-    record with `action_kind` and `action` per turn will do (Trajectory turns or their JSON)."""
-    env.reset(task_id)
+    The episode is replayed from its reset seed and environment actions (`turn.action_kind == "env"`),
+    so any record with `action_kind` and `action` per turn will do (Trajectory turns or their JSON)."""
+    env.reset(task_id, seed)
     flags = []
     for turn in turns:
         kind = turn["action_kind"] if isinstance(turn, dict) else turn.action_kind

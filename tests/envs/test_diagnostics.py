@@ -87,6 +87,25 @@ def test_progress_needs_commit_after_a_switch_and_the_control_lists_them(env):
     assert f"Still off: {second}." in control[2]
 
 
+def test_progress_panels_change_with_the_reset_seed_and_the_other_tasks_do_not(env):
+    """GRPO resets every update's group with another seed: a progress task's panels must not be learnable by heart."""
+    def firsts(task_id):
+        return {env.reset(task_id, seed)[1].observation for seed in range(12)}
+
+    assert len(firsts("progress/needed/train/3")) > 1
+    assert len(firsts("memory/needed/train/3")) == 1 and len(firsts("experience/needed/train/3")) == 1
+    assert env.reset("progress/needed/train/3", 7)[1] == env.reset("progress/needed/train/3", 7)[1]
+    seed = next(seed for seed in range(1, 50) if env.reset("progress/needed/train/3", seed)[1].observation
+                != env.reset("progress/needed/train/3", 0)[1].observation)
+    episode = Episode(env, EpisodeSettings(mode="adaptive", max_steps=30, history_length=1, prompt_style="compact"))
+    episode.reset("progress/needed/train/3", seed)
+    first = env.game.offer[0]
+    for text in (act(f"turn on {first}"), act("commit [the rest]"), act("continue")):
+        episode.step(text)
+    turns = episode.record.turns
+    assert decision_point(DiagnosticsEnv(), "progress/needed/train/3", turns, seed) == [False, True, True]
+
+
 def test_experience_door_is_fixed_per_vault_and_world_and_hidden_unless_control():
     one, other = DiagnosticsConfig(experience_world=0, experience_vaults=16), DiagnosticsConfig(experience_world=1)
     assert not set(world_vaults(one)) & set(world_vaults(other))
