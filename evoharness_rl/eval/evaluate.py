@@ -66,14 +66,14 @@ def split_tasks(env_factory: Callable[[], Any], split: str, limit: Optional[int]
     try:
         env = env_factory()
     except UserError as err:  # the environment's data is missing or not in its layout
-        raise (err if isinstance(err, Refusal) else Refusal(str(err))) from None
+        raise Refusal.of(err) from None
     try:
         tasks = list(env.task_ids(split))
         version = env.spec.versioned(prompt_style)
     except ValueError as err:  # a split the environment does not have
         raise Refusal(f"{' '.join(str(err).split())} (set split=...)") from None
     except UserError as err:  # its folder is missing
-        raise (err if isinstance(err, Refusal) else Refusal(str(err))) from None
+        raise Refusal.of(err) from None
     finally:
         env.close()
     if not tasks:

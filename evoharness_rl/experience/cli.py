@@ -37,7 +37,7 @@ def consolidate_command(cfg: Any) -> Path:
     try:  # every input is checked before anything is written: a refusal leaves out_dir as it was
         trajectories, bank, consolidator = _inputs(cfg)
     except (UserError, FileNotFoundError, ValueError) as err:
-        raise (err if isinstance(err, Refusal) else Refusal(" ".join(str(err).split()))) from None
+        raise Refusal.of(err) from None
     log = RunLogger(out, getattr(cfg, "logger", None))
     limits = OpLimits(max_field_chars=exp.max_field_chars)
     ordered = sorted(trajectories, key=lambda t: canonical_key(t)[3])  # digest order mixes families in every batch
