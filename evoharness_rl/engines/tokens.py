@@ -74,6 +74,52 @@ def encode_continuation(
     return list(suffix)
 
 
+_PROBE_THINK = "<think>\nprobe reasoning\n</think>\n\n"  # reasoning as Qwen3 writes it (its template re-renders it so)
+_PROBE_TURNS = [{"role": "system", "content": "probe system"}, {"role": "user", "content": "probe question 1"},
+                {"role": "assistant", "content": _PROBE_THINK + "<action>probe action</action>"},
+                {"role": "user", "content": "probe question 2"}]
+
+
+def prefix_stability_problem(tokenizer: Any, **template_kwargs: Any) -> Optional[str]:
+    """Why the chat template is not prefix-stable across turns (one line), or None when it is.
+
+    An `accumulated` conversation is built by appending to the ids already sampled
+    (module docstring): the policy sees each earlier turn exactly as it was generated.
+    The template is prefix-stable when it renders the same conversation the same way:
+    the prompt of turn 1, then the assistant's message verbatim, then the next turn.
+    Templates that rewrite earlier turns once a later one exists (Qwen3 drops the
+    `<think>` block of every assistant message before the last user message; some add a
+    marker to the generation prompt that history omits) are not: an accumulated
+    conversation then differs from the template's rendering of it (SFT data, a chat
+    server), which is what the policy was or will be trained and served on.
+    """
+    def render(messages: list[dict[str, str]], generation_prompt: bool = True) -> str:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=False,
+                                             **template_kwargs)
+
+    try:
+        first, full = render(_PROBE_TURNS[:2]), render(_PROBE_TURNS)
+    except Exception as exc:  # noqa: BLE001 - a template that cannot render a plain conversation says so itself
+        return f"the chat template cannot render a two-turn conversation ({type(exc).__name__}: {exc})"
+    name = getattr(tokenizer, "name_or_path", "") or "this tokenizer"
+    answer = _PROBE_TURNS[2]["content"]
+    if full.startswith(first) and full[len(first):].startswith(answer):
+        return None
+    opening = render(_PROBE_TURNS[:2], generation_prompt=False)
+    if not full.startswith(opening):
+        problem = "rendering a later turn changes the text of the earlier ones"
+    elif not full.startswith(first):
+        problem = (f"its generation prompt {first[len(opening):]!r} is not how it renders the start of an earlier "
+                   "assistant message")
+    elif "probe reasoning" not in full and "<action>probe action</action>" in full:
+        problem = "it drops the <think> block of an earlier assistant message (as Qwen3's template does)"
+    else:
+        problem = "it does not render an earlier assistant message verbatim"
+    return (f"the chat template of {name} is not prefix-stable across turns: {problem}, so env.context=accumulated "
+            "conditions the policy on a conversation the template would render differently; use env.context=per_turn "
+            "or a template that keeps earlier turns as generated")
+
+
 def continuation_head_length(
     tokenizer: Any,
     new_messages: Sequence[dict[str, str]],

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import queue as queues
 import threading
 import time
@@ -78,6 +79,7 @@ from evoharness_rl.rollout.pool import BasePool, EnvPool, Finish, Pending, Reply
 from evoharness_rl.rollout.trajectory import Trajectory, Turn
 from evoharness_rl.runlog import ProgressBar
 
+log = logging.getLogger(__name__)
 _RUN_IDS = itertools.count()  # episode keys stay unique across runs (replay/scripted backends keep per-key state)
 SCHEDULES = ("pipelined", "lockstep")
 
@@ -166,6 +168,7 @@ class RolloutEngine:
         self.schedule = schedule  # pipelined | lockstep (module docstring)
         self.stats = RolloutStats()
         self._capped: list[_Live] = []  # episodes of this turn at the trajectory cap (`_generate` -> `_step`)
+        self._template_checked = False  # accumulated context: the chat template's prefix stability was checked
 
     # -- public ---------------------------------------------------------------------------
 
@@ -183,6 +186,8 @@ class RolloutEngine:
         called as soon as job i is over (eval writes its record there); `update_index`
         is the GRPO update u used by the reward's diversity schedule.
         """
+        if settings.context == "accumulated":
+            self._check_template()
         self._start = time.monotonic()
         self.stats = RolloutStats(episodes=len(jobs))
         self._settings, self._on_finish, self._update_index = settings, on_finish, update_index
@@ -202,6 +207,18 @@ class RolloutEngine:
             self._bar.close()
             self.stats.wall_s = time.monotonic() - self._start
         return self._results  # type: ignore[return-value]
+
+    def _check_template(self) -> None:
+        """Accumulated context with a token backend: warn once (one line) when the chat template is not
+        prefix-stable across turns (`engines.tokens.prefix_stability_problem`)."""
+        if self._template_checked or not self.backend.uses_tokens:
+            return
+        from evoharness_rl.engines.tokens import prefix_stability_problem
+
+        self._template_checked = True
+        problem = prefix_stability_problem(self.tokenizer)
+        if problem:
+            log.warning(problem)
 
     def close(self) -> None:
         self.pool.close()
