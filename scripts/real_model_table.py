@@ -90,7 +90,8 @@ def grpo_report(run: Path) -> dict:
         "rollout_s_per_update": _mean([r["rollout_s"] for r in updates]),
         "train_s_per_update": _mean([r["train_s"] for r in updates]),
         "sync_s_per_update": _mean([r["sync_consolidate_s"] for r in updates]),
-        "generation_tokens_per_s": _mean([r["rollout_tokens_per_s"] for r in updates]),
+        "generation_tokens_per_s": _mean([r["rollout_tokens_per_s"] for r in updates]),  # generated / rollout wall
+        "prompt_tokens_per_s": _mean([r["prompt_tokens"] / r["rollout_s"] for r in updates if r.get("rollout_s")]),
         "update_tokens_per_s": _mean([r["train_tokens_per_s"] for r in updates]),
         "rss_peak_gb": max((r.get("rss_peak_gb", r["rss_gb"]) for r in updates), default=0.0),
         "wall_s": int(seconds.read_text()) if seconds.exists() else None,
@@ -123,7 +124,7 @@ def grpo(runs: list[Path], json_path: Path | None = None) -> str:
             cells += [_cell(train), _cell(r["val_curve"][u] if u < len(r["val_curve"]) else None)]
         lines.append(f"| {u if u else 'start'} | " + " | ".join(cells) + " |")
     lines += ["", "| backend | updates to >= 0.9 (train / val) | final train / val | s / update (rollout, train, sync) "
-              "| generation tok/s | update tok/s | peak RSS | wall | sync: max abs(engine - trainer), min change |",
+              "| rollout tok/s (generated, prompt) | update tok/s | peak RSS | wall | sync: max abs(engine - trainer), min change |",
               "|---|---|---|---|---|---|---|---|---|"]
     for name, r in report.items():
         sync = (f"{r['sync_engine_vs_trainer_max']:.1e}, {r['sync_engine_change_min']:.1e}"
@@ -133,7 +134,7 @@ def grpo(runs: list[Path], json_path: Path | None = None) -> str:
             f"| {name} | {r['updates_to_train_target'] or '-'} / {r['updates_to_val_target'] or '-'} | "
             f"{_cell(final)} / {_cell(r['val_success'])} | {r['seconds_per_update']:.1f} "
             f"({r['rollout_s_per_update']:.1f}, {r['train_s_per_update']:.1f}, {r['sync_s_per_update']:.1f}) | "
-            f"{r['generation_tokens_per_s']:.0f} | {r['update_tokens_per_s']:.0f} | {r['rss_peak_gb']:.1f} GiB | "
+            f"{r['generation_tokens_per_s']:.0f}, {r['prompt_tokens_per_s']:.0f} | {r['update_tokens_per_s']:.0f} | {r['rss_peak_gb']:.1f} GiB | "
             f"{r['wall_s'] if r['wall_s'] is not None else '-'} s | {sync} |")
     return "\n".join(lines) + "\n"
 

@@ -30,7 +30,7 @@ def _run(path: Path, backend: str, train: list[float], val: list[float], sync: b
     for u, (t, v) in enumerate(zip(train, val[1:])):
         row = {"step": u, "update": u, "success_rate": t, "val/success_rate": v, "invalid_rate": 0.0,
                "update_s": 10.0 + u, "rollout_s": 4.0, "train_s": 5.0, "sync_consolidate_s": 1.0 + u,
-               "rollout_tokens_per_s": 100.0, "train_tokens_per_s": 300.0, "rss_gb": 2.0, "rss_peak_gb": 2.5 + u}
+               "rollout_tokens_per_s": 100.0, "prompt_tokens": 800, "train_tokens_per_s": 300.0, "rss_gb": 2.0, "rss_peak_gb": 2.5 + u}
         if sync:
             row.update({"sync/engine_vs_trainer": 1e-5 * (u + 1), "sync/engine_change": 0.1 / (u + 1)})
         rows.append(row)
@@ -47,7 +47,7 @@ def test_report_has_the_curves_costs_and_sync_check(tmp_path, capsys):
     vllm, hf = report["vllm"], report["hf"]
     assert vllm["updates"] == 3 and vllm["train_success"] == [0.4, 0.8, 0.95] and vllm["val_success"] == 1.0
     assert vllm["seconds_per_update"] == 11.0 and vllm["rss_peak_gb"] == 4.5 and vllm["wall_s"] == 123
-    assert vllm["val_curve"] == [0.3, 0.7, 0.93, 1.0]
+    assert vllm["val_curve"] == [0.3, 0.7, 0.93, 1.0] and vllm["prompt_tokens_per_s"] == 200.0
     assert (vllm["updates_to_train_target"], vllm["updates_to_val_target"]) == (3, 2)
     assert (hf["updates_to_train_target"], hf["updates_to_val_target"]) == (2, 3)
     assert vllm["sync_engine_vs_trainer_max"] == pytest.approx(3e-5) and vllm["sync_engine_change_min"] == 0.1 / 3
