@@ -28,7 +28,11 @@ thread count.
    - `engine_vs_bound` = max(backend-alone wall, env-alone wall) / engine wall (target
      >= 0.85): 1.0 means the engine costs no more than its slower side alone;
    - `last_reset_s`: when the engine's last reset was answered; `tail_s` = engine wall
-     minus that: the last episodes' turns, with no reset left to overlap them.
+     minus that: the last episodes' turns, with no reset left to overlap them;
+   - `env_cpu_s` / `env_alone_cpu_s`: CPU seconds the env workers used in the engine run and
+     in the env-alone replay. Their difference is what the engine adds on the env core
+     (parsing, prompts); `env_cpu_s / last_reset_s` well below 1 means that core idled
+     while resets were still to come. The CPU model is printed and written to the JSON.
    The engine run and its two bounds are measured back to back, `--repeats` rounds (both
    schedules in each round, one after the other), and each schedule's row is its median
    round by `engine_vs_bound`, with every round's ratio in `engine_vs_bound_rounds` and
@@ -177,6 +181,28 @@ def pin_workers(pool: EnvPool, core: int) -> None:
             os.sched_setaffinity(int(thread), {core})
 
 
+def workers_cpu_s(pool: EnvPool) -> float:
+    """CPU seconds the pool's workers have used so far (user + system, every thread)."""
+    total = 0
+    for pid in pool.worker_pids():
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_model() -> str:
+    """The machine's CPU model name (/proc/cpuinfo), which the docs quote next to every figure."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
 def model_engine(cfg: Config, backend, pool: EnvPool, live: int, schedule: str, args):
     sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
     engine = RolloutEngine(pool, backend, backend.tokenizer, sampling, cfg.policy.max_prompt_tokens, live,
@@ -211,7 +237,9 @@ def measure(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: 
     with pool:
         engine.run([EpisodeJob(warm_task, seed=cfg.seed)] * 2, settings)  # warm-up: kernels and caches of the backend
         backend.requests = []
+        cpu0 = workers_cpu_s(pool)
         trajs = engine.run(jobs, settings)
+        env_cpu_s = workers_cpu_s(pool) - cpu0
     stats, requests = engine.stats, backend.requests
     start = time.perf_counter()
     for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
@@ -219,7 +247,9 @@ def measure(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: 
     backend_s = time.perf_counter() - start
     actions = [env_actions(t) for t in trajs]
     with warm_pool(cfg, cfg.env.num_workers, warm_task, args) as pool:
+        cpu0 = workers_cpu_s(pool)
         env_s = replay_raw(pool, jobs, actions)  # resets count even with no steps
+        env_alone_cpu_s = workers_cpu_s(pool) - cpu0
     steps = sum(len(a) for a in actions)
     return {
         "schedule": schedule, "turns": stats.turns, "env_steps": steps,
@@ -231,10 +261,11 @@ def measure(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: 
         "engine_vs_bound": max(backend_s, env_s) / stats.wall_s,
         "generate_share": stats.generate_s / stats.wall_s,
         "last_reset_s": stats.last_reset_s, "tail_s": stats.wall_s - stats.last_reset_s,
+        "env_cpu_s": env_cpu_s, "env_alone_cpu_s": env_alone_cpu_s,
     }
 
 
-ROUND_KEYS = ("engine_wall_s", "backend_alone_s", "env_alone_s", "last_reset_s")  # kept for every round
+ROUND_KEYS = ("engine_wall_s", "backend_alone_s", "env_alone_s", "last_reset_s", "env_cpu_s", "env_alone_cpu_s")  # kept for every round
 
 
 def bench_model(cfg: Config, jobs: list[EpisodeJob], warm_task: str, backend_name: str, model: str, args
@@ -337,7 +368,8 @@ def main() -> None:
         from evoharness_rl.models import init_model
 
         model = str(init_model("tiny", Path(tempfile.mkdtemp(prefix="bench_tiny_")) / "model", seed=args.seed))
-    print(f"\n{args.env} ({len(tasks)} tasks x {args.samples} episodes in flight, {args.workers} workers; backend on "
+    print(f"\n{cpu_model()}, {os.cpu_count()} cores")
+    print(f"{args.env} ({len(tasks)} tasks x {args.samples} episodes in flight, {args.workers} workers; backend on "
           f"core {args.backend_core}, env workers on core {args.env_core})")
     for r in scripted:
         print(f"scripted {r['mode']:<9} rollout {r['rollout_steps_per_s']:8.1f} env steps/s | raw pool "
@@ -354,7 +386,8 @@ def main() -> None:
                   f"{r['engine_vs_bound']:.3f} (rounds {spread(r['engine_vs_bound_rounds'])}; target >= 0.85)  "
                   f"[{r['turns']} turns, {r['env_steps']} env steps, "
                   f"generate {100 * r['generate_share']:.0f}% of engine wall; last reset answered at "
-                  f"{r['last_reset_s']:.2f} s of {r['engine_wall_s']:.2f} s]", flush=True)
+                  f"{r['last_reset_s']:.2f} s of {r['engine_wall_s']:.2f} s; env workers' CPU {r['env_cpu_s']:.2f} s, "
+                  f"alone {r['env_alone_cpu_s']:.2f} s]", flush=True)
     scaling = bench_scaling(cfg, tasks, warm_task, model, args) if args.scaling else []
     for r in scaling:
         print(f"hf pipelined  {r['workers']} worker(s) x {r['episodes_per_worker']} episode(s): "
@@ -362,7 +395,7 @@ def main() -> None:
     if args.json:
         from evoharness_rl.fileio import atomic_write_json
 
-        atomic_write_json(args.json, {"env": args.env, "tasks": len(tasks), "samples": args.samples,
+        atomic_write_json(args.json, {"cpu": cpu_model(), "env": args.env, "tasks": len(tasks), "samples": args.samples,
                                       "workers": args.workers,
                                       "backend_core": args.backend_core, "env_core": args.env_core,
                                       "scripted": scripted, "models": generated, "scaling": scaling})
