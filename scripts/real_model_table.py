@@ -76,6 +76,7 @@ def grpo_report(run: Path) -> dict:
     start = next((r for r in rows if r.get("update") == -1), {})
     updates = [r for r in rows if r.get("update", -1) >= 0 and "success_rate" in r]
     val = [start.get("val/success_rate")] + [r.get("val/success_rate") for r in updates]
+    stepped = [r for r in updates if r.get("optimizer_steps", 1) > 0]  # all groups tied: no step, nothing changes
     seconds = run.with_suffix(".seconds")
     g = cfg["grpo"]
     report = {
@@ -92,7 +93,7 @@ def grpo_report(run: Path) -> dict:
         "sync_s_per_update": _mean([r["sync_consolidate_s"] for r in updates]),
         "generation_tokens_per_s": _mean([r["rollout_tokens_per_s"] for r in updates]),  # generated / rollout wall
         "prompt_tokens_per_s": _mean([r["prompt_tokens"] / r["rollout_s"] for r in updates if r.get("rollout_s")]),
-        "update_tokens_per_s": _mean([r["train_tokens_per_s"] for r in updates]),
+        "update_tokens_per_s": _mean([r["train_tokens_per_s"] for r in stepped]),  # updates with an optimizer step
         "rss_peak_gb": max((r.get("rss_peak_gb", r["rss_gb"]) for r in updates), default=0.0),
         "wall_s": int(seconds.read_text()) if seconds.exists() else None,
         "settings": {"backend": cfg["policy"]["backend"], "model": cfg["model"]["path"],
@@ -102,8 +103,12 @@ def grpo_report(run: Path) -> dict:
     }
     if any("sync/engine_vs_trainer" in r for r in updates):
         report["sync_engine_vs_trainer_max"] = max(r["sync/engine_vs_trainer"] for r in updates)
-        report["sync_engine_change_min"] = min(r["sync/engine_change"] for r in updates)
+        report["sync_engine_change_min"] = min((r["sync/engine_change"] for r in stepped), default=None)
     return report
+
+
+def _sci(value) -> str:
+    return "-" if value is None else f"{value:.1e}"
 
 
 def _cell(value) -> str:
@@ -124,10 +129,11 @@ def grpo(runs: list[Path], json_path: Path | None = None) -> str:
             cells += [_cell(train), _cell(r["val_curve"][u] if u < len(r["val_curve"]) else None)]
         lines.append(f"| {u if u else 'start'} | " + " | ".join(cells) + " |")
     lines += ["", "| backend | updates to >= 0.9 (train / val) | final train / val | s / update (rollout, train, sync) "
-              "| rollout tok/s (generated, prompt) | update tok/s | peak RSS | wall | sync: max abs(engine - trainer), min change |",
+              "| rollout tok/s (generated, prompt) | update tok/s | peak RSS | wall "
+              "| sync: max abs(engine - trainer), min change over updates that stepped |",
               "|---|---|---|---|---|---|---|---|---|"]
     for name, r in report.items():
-        sync = (f"{r['sync_engine_vs_trainer_max']:.1e}, {r['sync_engine_change_min']:.1e}"
+        sync = (f"{r['sync_engine_vs_trainer_max']:.1e}, {_sci(r['sync_engine_change_min'])}"
                 if "sync_engine_vs_trainer_max" in r else "- (shares the trainer's model)")
         final = r["train_success"][-1] if r["train_success"] else None
         lines.append(

@@ -32,7 +32,8 @@ def _run(path: Path, backend: str, train: list[float], val: list[float], sync: b
                "update_s": 10.0 + u, "rollout_s": 4.0, "train_s": 5.0, "sync_consolidate_s": 1.0 + u,
                "rollout_tokens_per_s": 100.0, "prompt_tokens": 800, "train_tokens_per_s": 300.0, "rss_gb": 2.0, "rss_peak_gb": 2.5 + u}
         if sync:
-            row.update({"sync/engine_vs_trainer": 1e-5 * (u + 1), "sync/engine_change": 0.1 / (u + 1)})
+            row.update({"sync/engine_vs_trainer": 1e-5 * (u + 1), "sync/engine_change": 0.1 / (u + 1),
+                        "optimizer_steps": 2})
         rows.append(row)
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     path.with_suffix(".seconds").write_text("123\n")
@@ -51,8 +52,19 @@ def test_report_has_the_curves_costs_and_sync_check(tmp_path, capsys):
     assert (vllm["updates_to_train_target"], vllm["updates_to_val_target"]) == (3, 2)
     assert (hf["updates_to_train_target"], hf["updates_to_val_target"]) == (2, 3)
     assert vllm["sync_engine_vs_trainer_max"] == pytest.approx(3e-5) and vllm["sync_engine_change_min"] == 0.1 / 3
+
     assert "sync_engine_vs_trainer_max" not in hf  # the hf backend shares the trainer's model: nothing to check
     assert vllm["settings"]["backend"] == "vllm" and hf["settings"]["learning_rate"] == 0.0005
     table = capsys.readouterr().out
     assert "| start | - | 0.30 | - | 0.30 |" in table and "| 3 | 0.95 | 1.00 | 0.90 | 0.97 |" in table
     assert "| vllm | 3 / 2 | 0.95 / 1.00 |" in table and "shares the trainer's model" in table
+
+
+def test_an_update_without_a_step_is_left_out_of_the_smallest_change(tmp_path):
+    _run(tmp_path / "vllm", "vllm", [0.5, 1.0], [0.3, 0.9, 1.0], sync=True)
+    rows = [json.loads(line) for line in (tmp_path / "vllm" / "metrics.jsonl").read_text().splitlines()]
+    rows[-1].update({"optimizer_steps": 0, "sync/engine_change": 0.0,  # every group tied: no step, nothing changed
+                     "train_tokens_per_s": 0.0})
+    (tmp_path / "vllm" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    report = load_script("real_model_table").grpo_report(tmp_path / "vllm")
+    assert report["sync_engine_change_min"] == 0.1 and report["update_tokens_per_s"] == 300.0
