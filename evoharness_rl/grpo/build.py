@@ -45,6 +45,7 @@ class Run:
     bank: Any = None  # ExperienceBank (None when the harness has no Experience module)
     consolidator: Any = None  # proposes bank edits after each batch
     edit_tasks: list[str] = field(default_factory=list)  # experience.validate_edits: held-out train tasks of the check
+    sync_probe: Optional[tuple[list[int], list[int]]] = None  # (prompt ids, completion ids) the weight-sync check scores
 
     @property
     def policy(self):

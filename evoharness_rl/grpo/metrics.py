@@ -113,7 +113,10 @@ def _summary(t) -> dict:
 def memory_metrics() -> dict:
     import psutil
 
-    out = {"rss_gb": psutil.Process().memory_info().rss / 2**30}
+    import resource
+
+    out = {"rss_gb": psutil.Process().memory_info().rss / 2**30,
+           "rss_peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # Linux: KiB; the process's peak
     if torch.cuda.is_available():
         out["cuda_max_allocated_gb"] = torch.cuda.max_memory_allocated() / 2**30
         torch.cuda.reset_peak_memory_stats()

