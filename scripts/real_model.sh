@@ -6,17 +6,22 @@
 #   scripts/real_model.sh sft        # scripted-teacher traces -> LoRA SFT (r 64, alpha 128) -> merged checkpoint,
 #                                    # and the tiny from-scratch model on the same traces; greedy eval of both on
 #                                    # valid_seen / valid_unseen -> $D/sft.md
+#   scripts/real_model.sh grpo       # LoRA GRPO on the 3-target `choice` task (experiment=real_model_choice), once
+#                                    # with vLLM rollouts (adapter synced after every update) and once with the hf
+#                                    # backend -> $G/report.json and $G/grpo.md (G: GRPO_DIR, outputs/real_model/grpo)
 #
 # MODEL (default models/smollm2) is imported first when missing (`init-model source=smollm2-135m-instruct`);
 # point MODEL at any HF checkpoint directory with a chat template to run the same on another model.
 # Sizes default to what 2 CPU cores finish in minutes; raise them where there is more compute:
 #   LIMIT tasks per split, STEPS step budget, TOKENS new tokens per turn, POLICY hf | vllm,
 #   SFT_GAMES train games collected, SFT_STEPS optimizer steps of the real model's LoRA SFT,
-#   EVAL_STEPS step budget of the SFT evaluations.
+#   EVAL_STEPS step budget of the SFT evaluations;
+#   grpo: BACKENDS (default "vllm hf"), WARM_STEPS supervised steps of the response format with random colours before
+#   GRPO (0: start from MODEL as it is), WARM_LR their learning rate.
 # Stages whose output exists are skipped (an interrupted run resumes); extra Hydra overrides: "$@".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-what=${1:?usage: scripts/real_model.sh scaffold|sft [overrides]}
+what=${1:?usage: scripts/real_model.sh scaffold|sft|grpo [overrides]}
 shift
 D=${REAL_DIR:-outputs/real}
 MODEL=${MODEL:-models/smollm2}
@@ -87,8 +92,35 @@ elif [ "$what" = sft ]; then
     done
   done
   "$PY" scripts/real_model_table.py sft "${runs[@]}" | tee "$D/sft.md"
+elif [ "$what" = grpo ]; then
+  G=${GRPO_DIR:-outputs/real_model/grpo}
+  BACKENDS=${BACKENDS:-vllm hf}
+  WARM_STEPS=${WARM_STEPS:-10}
+  WARM_LR=${WARM_LR:-1e-4}
+  mkdir -p "$G"
+  START=$MODEL
+  if [ "$WARM_STEPS" -gt 0 ]; then
+    START=$G/warm
+    stage "format warm start: $WARM_STEPS steps of <action>press COLOUR</action> with random colours (lr $WARM_LR)"
+    [ -f "$START/warm.json" ] || "$PY" -m evoharness_rl.envs.choice.warm "$MODEL" "$START" --steps "$WARM_STEPS" \
+      --lr "$WARM_LR" > "$G/warm.log" 2>&1
+  fi
+  runs=()
+  for backend in $BACKENDS; do
+    out="$G/$backend"
+    runs+=("$out")
+    [ -f "$out/final/config.json" ] && continue
+    lora=true
+    [ "$backend" = hf ] && lora=false  # the hf backend generates with the trainer's own LoRA model: nothing to sync
+    stage "LoRA GRPO of $START on choice, policy=$backend (experiment=real_model_choice)"
+    t0=$SECONDS
+    "${CLI[@]}" grpo experiment=real_model_choice "model.path=$START" "policy.backend=$backend" \
+      "policy.enable_lora=$lora" "out_dir=$out" overwrite=true "$@" > "$out.log" 2>&1
+    echo $((SECONDS - t0)) > "$out.seconds"
+  done
+  "$PY" scripts/real_model_table.py grpo "${runs[@]}" --json "$G/report.json" | tee "$G/grpo.md"
 else
-  echo "unknown stage $what (scaffold | sft)" >&2
+  echo "unknown stage $what (scaffold | sft | grpo)" >&2
   exit 2
 fi
 printf '\nfinished in %d s\n' $((SECONDS - start))
