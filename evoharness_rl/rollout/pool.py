@@ -449,7 +449,6 @@ class _Worker:
 
     index: int
     keys: set[str] = field(default_factory=set)  # episodes living in this worker
-    resets: int = 0  # resets routed to it and not answered yet (its reset lane's queue)
     experience_version: int = 0  # latest snapshot this worker has been sent
 
 
@@ -603,17 +602,12 @@ class BasePool(abc.ABC):
             if isinstance(cmd, Reset) and cmd.experience_version not in (0, self._experience[0]):
                 raise ValueError(f"Reset uses experience version {cmd.experience_version}; "
                                  f"the current one is {self._experience[0]} (see set_experience)")
-            # The worker with the fewest resets queued, then the fewest episodes. By episodes alone a reset could
-            # queue behind a game load on a worker whose episodes had ended, while another worker idled.
-            index = min(range(self.num_workers), key=lambda i: (self._workers[i].resets, len(self._workers[i].keys)))
-            self._workers[index].resets += 1
+            index = min(range(self.num_workers), key=lambda i: len(self._workers[i].keys))
             self._home[cmd.key] = index
             self._workers[index].keys.add(cmd.key)
             self._lost.pop(cmd.key, None)
             return index
         if cmd.key in self._home:
-            if isinstance(cmd, (Reset, EnvReset)):
-                self._workers[self._home[cmd.key]].resets += 1
             return self._home[cmd.key]
         if cmd.key in self._lost:
             return None
@@ -663,8 +657,6 @@ class BasePool(abc.ABC):
                 continue
             pending, position, cmd = queue.pop(seq)
             self._heard[index] = time.monotonic()
-            if isinstance(cmd, (Reset, EnvReset)):
-                self._workers[index].resets -= 1
             if pending is not None:
                 self._forget_if_over(cmd, reply)
                 self._resolve(pending, position, reply)

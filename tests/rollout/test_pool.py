@@ -139,22 +139,6 @@ def test_a_reset_does_not_hold_up_other_episodes_harness_and_invalid_turns(fake_
         assert out["old"].won and out["new"].won
 
 
-def test_a_reset_goes_to_a_worker_that_is_not_loading_a_game(fake_factory, settings):
-    """Routing by episode count alone would queue "next" behind the game load on worker 1 (it has fewer
-    episodes) while worker 0 idles; the pool sends it to the worker with no reset queued."""
-    with EnvPool(fake_factory(), num_workers=2, step_timeout_s=30) as pool:
-        pool.call([Reset(f"e{i}", "pick/3", 0, settings) for i in range(4)])  # e0, e2 on worker 0; e1, e3 on 1
-        pool.call([Finish("e1"), Finish("e3")])  # worker 1's episodes end: 2 episodes against 0
-        loading = pool.submit([Reset("slow", "loading/1", 0, settings)])
-        assert pool._home["slow"] == 1
-        start = time.monotonic()
-        reply = pool.call([Reset("next", "pick/1", 0, settings)])[0]
-        assert reply.ok and pool._home["next"] == 0
-        assert time.monotonic() - start < LOADING_S / 2 and not loading.done
-        assert pool.collect(loading)[0].ok
-        pool.call([Finish(k) for k in ("e0", "e2", "slow", "next")])
-
-
 def test_exception_in_env_fails_only_that_episode(fake_factory, settings):
     with EnvPool(fake_factory(bad_tasks=("raise/1",)), num_workers=1, step_timeout_s=30) as pool:
         pool.call([Reset("bad", "raise/1", 0, settings), Reset("good", "pick/2", 0, settings)])
