@@ -324,8 +324,8 @@ class RolloutEngine:
         self.stats.last_reset_s = time.monotonic() - self._start
         stride = 2 if self._needs_teacher else 1
         for n, (index, key, job) in enumerate(batch):
-            reply = replies[n * stride]
-            if not reply.ok:
+            reply = next((r for r in replies[n * stride:(n + 1) * stride] if not r.ok), replies[n * stride])
+            if not reply.ok:  # the reset, or (scripted) the teacher's first response
                 record = Trajectory(task_id=job.task_id, family="", env="", seed=job.seed, error=reply.error)
                 self._done(index, record)
                 continue
@@ -416,9 +416,10 @@ class RolloutEngine:
         if completion.error is not None:
             self._fail(ep, live, f"generation failed: {completion.error}")
             return False
-        if not replies[at].ok:
-            self._fail(ep, live, replies[at].error)
-            return False
+        for reply in replies[at:at + (2 if self._needs_teacher else 1)]:  # the step, and the teacher's next response
+            if not reply.ok:  # a worker can die between the two: the step answered, the teacher not
+                self._fail(ep, live, reply.error)
+                return False
         return self._advance(ep, live, completion, replies, at)
 
     def _advance(self, ep: _Live, live: dict[str, _Live], completion: Completion, replies: list[Reply], at: int
