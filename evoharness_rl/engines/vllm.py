@@ -148,9 +148,7 @@ class VLLMBackend(StreamingBackend):
             outputs = self.llm.generate(prompts, params, lora_request=self._lora, use_tqdm=False)
             for i, output in zip(positions, outputs):
                 results[i] = self._completion(output.outputs[0])
-            if self.sleep:
-                self.llm.sleep(level=1)
-                self._asleep = True
+            self._rest()
         return results  # type: ignore[return-value]
 
     def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
@@ -167,9 +165,7 @@ class VLLMBackend(StreamingBackend):
                                 detokenize=False)
         [output] = self.llm.generate([TokensPrompt(prompt_token_ids=list(prompt_ids) + list(completion_ids))],
                                      [params], lora_request=self._lora, use_tqdm=False)
-        if self.sleep:
-            self.llm.sleep(level=1)
-            self._asleep = True
+        self._rest()
         steps = output.prompt_logprobs[len(prompt_ids):]
         return [step[token].logprob for step, token in zip(steps, completion_ids)]
 
@@ -292,6 +288,12 @@ class VLLMBackend(StreamingBackend):
         if self._asleep:
             self.llm.wake_up()
             self._asleep = False
+
+    def _rest(self) -> None:
+        """After a call: free the engine's memory for training (`sleep`); `_wake` restores it."""
+        if self.sleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
 
     def release(self) -> None:
         if getattr(self, "llm", None) is None:
