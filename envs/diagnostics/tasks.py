@@ -10,6 +10,7 @@ Every task is a small state machine, so a reset costs microseconds and an episod
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import fields
 from typing import Any, Optional
@@ -52,14 +53,28 @@ def split_task_id(task_id: str) -> tuple[str, str, str, int]:
 
 def world_vaults(settings: DiagnosticsConfig) -> list[str]:
     """The vaults of `settings.experience_world`: half of the name pool, disjoint from the vaults of worlds w-1 and w+1 (the doors are drawn anew for every world)."""
-    start = (settings.experience_world % 2) * len(VAULTS) // 2
-    return [VAULTS[(start + i) % len(VAULTS)] for i in range(settings.experience_vaults)]
+    return _half(settings.experience_world)[: settings.experience_vaults]
+
+
+def _half(world: int) -> list[str]:
+    start = (world % 2) * len(VAULTS) // 2
+    return [VAULTS[(start + i) % len(VAULTS)] for i in range(len(VAULTS) // 2)]
+
+
+@functools.lru_cache(maxsize=64)
+def _door_order(world: int) -> dict[str, int]:
+    """Each of the world's 32 vault names -> its place in a shuffle of them that is the world's own."""
+    return {vault: i for i, vault in enumerate(random.Random(f"doors:{world}").sample(_half(world), len(VAULTS) // 2))}
 
 
 def vault_door(settings: DiagnosticsConfig, vault: str) -> str:
-    """The door that opens in `vault`: fixed per vault and world (the hidden rule of its family)."""
+    """The door that opens in `vault`: fixed per vault and world (the hidden rule of its family).
+
+    Balanced: over a world's 32 vaults every door opens in equally many (as nearly as the count of doors
+    allows), so no order of doors beats chance without knowing the vault. Drawn independently per vault,
+    world 1 had oak and stone behind 22 of 32 vaults, and trying those two won 0.69 without a recall."""
     doors = DOORS[: settings.experience_doors]
-    return doors[random.Random(f"door:{settings.experience_world}:{vault}").randrange(len(doors))]
+    return doors[_door_order(settings.experience_world)[vault] % len(doors)]
 
 
 class _Game:
@@ -172,8 +187,10 @@ class _Progress(_Game):
 
     def _here(self) -> StepResult:
         if self.just_on:
-            return StepResult(f"Switch {self.just_on} is now on; {' and '.join(self._off())} still off. You walk to "
-                              "the next panel.", [CONTINUE])
+            text = f"Switch {self.just_on} is now on; {' and '.join(self._off())} still off. You walk to the next panel."
+            if self.control:  # the decision point must show that nothing needs keeping: the next panel will say it
+                text += " Its sign lists the switches still off."
+            return StepResult(text, [CONTINUE])
         return self._corridor() if self.walk else self._panel()
 
     def act(self, action: str) -> StepResult:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import re
+from collections import Counter
 
 import pytest
 
@@ -10,7 +12,7 @@ from evoharness_rl.config import Config, ConfigError, DiagnosticsConfig, EnvConf
 from evoharness_rl.envs import make_env
 from evoharness_rl.envs.diagnostics import decision_point
 from evoharness_rl.envs.diagnostics.report import summarise, updates_to_threshold
-from evoharness_rl.envs.diagnostics.tasks import DiagnosticsEnv, vault_door, world_vaults
+from evoharness_rl.envs.diagnostics.tasks import CODES, DOORS, SWITCHES, VAULTS, DiagnosticsEnv, vault_door, world_vaults
 from evoharness_rl.errors import UserError
 from evoharness_rl.rollout.episode import Episode, EpisodeSettings
 
@@ -118,6 +120,30 @@ def test_experience_door_is_fixed_per_vault_and_world_and_hidden_unless_control(
             assert doors.setdefault(task.family, door) == door
             assert (f"the {door} door opens" in first.observation) == ("/control/" in task_id)
     assert len(doors) == other.experience_vaults and len(set(doors.values())) > 1
+
+
+@pytest.mark.parametrize("task", ["memory", "progress", "experience"])
+def test_a_control_looks_different_from_its_needed_twin_at_the_decision_point(task):
+    # A policy can only learn to skip the call in the control if the turn where it would call tells the two apart
+    # (progress's decision turn read the same in both until its control named the sign ahead).
+    seen = {}
+    for variant in ("needed", "control"):
+        env = DiagnosticsEnv()
+        _, result = env.reset(f"{task}/{variant}/train/0")
+        while not env.at_decision():
+            result = env.step(env.game.answer())
+        names = set(CODES) | set(SWITCHES) | set(DOORS) | set(VAULTS)  # what differs between any two episodes
+        seen[variant] = re.sub(r"[\w-]+", lambda m: "_" if m.group(0) in names else m.group(0), result.observation)
+    assert seen["control"] != seen["needed"]
+
+
+def test_every_door_opens_equally_many_of_a_worlds_vaults():
+    # With doors drawn per vault, world 1 hid oak or stone behind 22 of its 32 vaults: a fixed order of two doors won
+    # 0.69 of them, and GRPO without the harness learned that order instead of anything about the vaults.
+    for world in (0, 1):
+        settings = DiagnosticsConfig(experience_world=world, experience_vaults=32, experience_doors=4)
+        counts = Counter(vault_door(settings, vault) for vault in world_vaults(settings))
+        assert sorted(counts.values()) == [8, 8, 8, 8], (world, counts)
 
 
 def test_random_guessing_is_at_chance_on_needed_and_perfect_on_controls():
