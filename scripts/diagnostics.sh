@@ -6,7 +6,7 @@
 #   2. collect     the random-call teacher in each harness mode (env_only, always_on, adaptive), experience world 0
 #   3. sft         one policy per seed on all three collections (every task, variant and mode mixed)
 #   4. grpo        one run per mode and seed from that seed's SFT checkpoint, in experience world 1 (vaults and doors
-#                  the weights have never seen), the bank starting from 48 teacher episodes of world 1 and
+#                  the weights have never seen), the bank starting from 128 teacher episodes of world 1 and
 #                  consolidated after every rollout batch
 #   5. eval        greedy, valid_seen: SFT and GRPO of every mode and seed, without a bank and with GRPO's evolved one
 #   6. report      outputs/diagnostics/report/{table.json,table.md,curves.json} and figures
@@ -30,22 +30,33 @@ source scripts/jobs.sh
 stage "build a tiny local model"
 [ -f "$D/model/config.json" ] || "${CLI[@]}" init-model size=tiny "out=$D/model" "out_dir=$D/init-model"
 
+# Teacher banks, one per experience world: what 128 teacher episodes saw of its vaults' doors (any explorer that
+# opens them teaches the same facts). World 0's is the bank collect starts from, so every `recall` in the SFT traces
+# returns its vault's door and the teacher's next move copies it (from an empty bank, the first traces' recalls came
+# back empty and the teacher opened the right door anyway: SFT learned to ignore what recall returns, and copied a
+# recalled door 60% of the time). World 1's is the bank GRPO starts from (adaptive and always_on); GRPO consolidates
+# more into it after every rollout batch.
+BANK0=null BANK=null
+if [[ -z "${DIAG_TASKS:-}" || "$DIAG_TASKS" == *experience* ]]; then
+  BANK0="$D/bank_world0/bank.json" BANK="$D/bank_world1/bank.json"
+  for world in 0 1; do
+    world_args=()
+    [ "$world" = 0 ] && world_args=("${COLLECT[@]}")
+    [ -f "$D/bank_world$world/bank.json" ] || launch "bank_world$world" "${CLI[@]}" collect experiment=diagnostics "$@" \
+      policy=scripted split=train harness.mode=adaptive experience.evolve=online "env.diagnostics.tasks=[experience]" \
+      env.diagnostics.train_tasks=64 "${world_args[@]}" "out_dir=$D/bank_world$world"
+  done
+  finished
+fi
+
 for mode in $MODES; do
+  bank=$BANK0
+  [ "$mode" = env_only ] && bank=null  # env_only has no Experience to read
   [ -f "$D/collect/$mode/summary.json" ] || launch "collect_$mode" "${CLI[@]}" collect "${COMMON[@]}" \
-    policy=scripted split=train "harness.mode=$mode" experience.evolve=online "${COLLECT[@]}" \
+    policy=scripted split=train "harness.mode=$mode" "experience.bank=$bank" experience.evolve=online "${COLLECT[@]}" \
     "out_dir=$D/collect/$mode"
 done
 finished
-
-# The bank GRPO starts from (adaptive and always_on): what 48 teacher episodes in world 1 saw of its vaults' doors
-# (any explorer that opens them teaches the same facts). GRPO consolidates more into it after every rollout batch.
-BANK=null
-if [[ -z "${DIAG_TASKS:-}" || "$DIAG_TASKS" == *experience* ]]; then
-  BANK="$D/bank_world1/bank.json"
-  [ -f "$BANK" ] || launch bank_world1 "${CLI[@]}" collect experiment=diagnostics "$@" policy=scripted split=train \
-    harness.mode=adaptive experience.evolve=online "env.diagnostics.tasks=[experience]" env.diagnostics.train_tasks=24 \
-    "out_dir=$D/bank_world1"
-fi
 
 for seed in $SEEDS; do
   [ -f "$D/sft_s$seed/merged/config.json" ] || launch "sft_s$seed" "${CLI[@]}" sft "${COMMON[@]}" "seed=$seed" \
