@@ -2,7 +2,7 @@
 
 A vault's opening door is the experience task's hidden rule. Every episode that saw a door swing
 open is evidence for its vault (the task family), failed or not; the search priority built from
-them reads "vault-north: the oak door opens", and `recall [which door opens]` finds it. No
+them reads "vault-north: the oak door opens", and `recall [where is the door that opens]` (a search query: search priorities only) finds it. No
 procedures: the tasks' moves are not worth a skill entry.
 """
 

@@ -16,6 +16,10 @@ import re
 from evoharness_rl.envs.base import Teacher
 
 _STILL_OFF = re.compile(r"is now on; (.+) still off")
+# A search query (experience/retrieval.py's "where is X" form), so recall ranks only the vault's search priority and
+# not the bank's mistakes: asked "which door opens", BM25 put "Mistake: repeating 'open oak door' ..." (a general
+# entry GRPO's own repeats taught the bank) above the vault's door at recall_k=1, and GRPO dropped recall.
+RECALL_QUERY = "where is the door that opens"
 
 
 class RandomCallTeacher(Teacher):
@@ -40,7 +44,7 @@ class RandomCallTeacher(Teacher):
         if self.kind == "memory":
             return "code"
         if self.kind == "experience":
-            return "which door opens"
+            return RECALL_QUERY
         match = _STILL_OFF.search(self.last_obs)
         return f"turn on {match.group(1)}" if match else "turn on each switch once"
 
