@@ -13,9 +13,9 @@ so both score a completion alike: 1 when it presses the asked-for button, else 0
 reward function plays it in the same environment). The implementations run in turn for
 each seed (the order alternates), on one torch thread each, so machine noise hits both alike.
 
-What still differs: ours leaves groups whose rewards are all equal out of the loss entirely
-(TRL keeps their KL term); ours takes PPO's old logprobs from the sampler, TRL from the
-trainer's own forward pass; the random streams (sampling, task order) are not the same.
+What still differs: ours takes PPO's old logprobs from the sampler, TRL from the trainer's own
+forward pass; the random streams (sampling, task order) are not the same. (Groups whose rewards
+all tie keep their KL term in both, as TRL does, since 2026-12-03.)
 
 Writes {"settings": {...}, "runs": [{"impl": "ours"|"trl", "seed": int, "success": [success rate
 of each update's 120 completions], "seconds_per_update": float}, ...]} after every run, and
