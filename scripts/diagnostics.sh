@@ -3,7 +3,8 @@
 # (configs/experiment/diagnostics.yaml; docs/diagnostics.md)
 #
 #   1. init-model  a tiny local model
-#   2. collect     the random-call teacher in each harness mode (env_only, always_on, adaptive), experience world 0
+#   2. collect     teacher banks of experience worlds 0 and 1, then the random-call teacher in each harness mode
+#                  (env_only, always_on, adaptive) in world 0, starting from world 0's bank
 #   3. sft         one policy per seed on all three collections (every task, variant and mode mixed)
 #   4. grpo        one run per mode and seed from that seed's SFT checkpoint, in experience world 1 (vaults and doors
 #                  the weights have never seen), the bank starting from 128 teacher episodes of world 1 and
@@ -34,8 +35,8 @@ stage "build a tiny local model"
 # opens them teaches the same facts). World 0's is the bank collect starts from, so every `recall` in the SFT traces
 # returns its vault's door and the teacher's next move copies it (from an empty bank, the first traces' recalls came
 # back empty and the teacher opened the right door anyway: SFT learned to ignore what recall returns, and copied a
-# recalled door 60% of the time). World 1's is the bank GRPO starts from (adaptive and always_on); GRPO consolidates
-# more into it after every rollout batch.
+# recalled door in 10 of 19 episodes). World 1's is the bank GRPO starts from (adaptive and always_on); GRPO
+# consolidates more into it after every rollout batch.
 BANK0=null BANK=null
 if [[ -z "${DIAG_TASKS:-}" || "$DIAG_TASKS" == *experience* ]]; then
   BANK0="$D/bank_world0/bank.json" BANK="$D/bank_world1/bank.json"
