@@ -2,8 +2,9 @@
 
 A vault's opening door is the experience task's hidden rule. Every episode that saw a door swing
 open is evidence for its vault (the task family), failed or not; the search priority built from
-them reads "vault-north: the oak door opens", and `recall [where is the door that opens]` (a search query: search priorities only) finds it. No
-procedures: the tasks' moves are not worth a skill entry.
+them reads "vault-north: the oak door opens", and `recall [where is the door that opens]` (a search
+query, which ranks search priorities only) finds it. No procedures: the tasks' moves are not worth a
+skill entry.
 """
 
 from __future__ import annotations
