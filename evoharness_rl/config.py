@@ -101,6 +101,7 @@ class DiagnosticsConfig:
     progress_switches: int = 2  # progress: switches to turn on, once each, in any order (2-6; drawn per task from a pool of 6 names)
     progress_gap: int = 1  # progress: corridor steps between panels; keep it >= harness.history_length, or the last switch turned on is still in the history
     experience_doors: int = 4  # experience: doors per vault, one of which opens (2-8)
+    experience_tries: int = 2  # experience: doors an episode may open (1: a wrong door seals the vault, as a wrong code locks memory's keypad; 2: a second try, which a recall's step takes away)
     experience_vaults: int = 4  # experience: vaults (task families) in play, each with its own opening door (1-32)
     experience_world: int = 0  # experience: which vaults and doors (another world has other vault names and doors: collect in one, train and evaluate in another, so no weights can carry a vault's door over)
 
@@ -494,7 +495,7 @@ def _check_diagnostics(d: DiagnosticsConfig) -> None:
             raise ConfigError(f"env.diagnostics.{name}={values} is not valid; a non-empty list of {', '.join(allowed)}")
     for name, low, high in (("train_tasks", 1, None), ("valid_tasks", 1, None), ("memory_codes", 2, 8),
                             ("memory_delay", 0, None), ("progress_switches", 2, 6), ("progress_gap", 1, None),
-                            ("experience_doors", 2, 8), ("experience_vaults", 1, 32),
+                            ("experience_doors", 2, 8), ("experience_tries", 1, 2), ("experience_vaults", 1, 32),
                             ("experience_world", 0, None)):
         value = getattr(d, name)
         if value < low or (high is not None and value > high):

@@ -10,7 +10,7 @@ paired fully / partially observed twins).
 |---|---|---|---|
 | `memory` | `track` (Belief) | a code shown once, asked for after `memory_delay` corridor steps | `memory_delay`, `memory_codes` |
 | `progress` | `commit` (Progress) | `progress_switches` switches, each turned on once in any order; a switch turned on twice trips the breaker, and which ones are on leaves the window after `progress_gap` steps | `progress_switches`, `progress_gap` |
-| `experience` | `recall` (Experience) | which of `experience_doors` doors opens: fixed per vault (the task family), never shown; one try after a recall | `experience_doors`, `experience_vaults` |
+| `experience` | `recall` (Experience) | which of `experience_doors` doors opens: fixed per vault (the task family), never shown; one try after a recall, two without (`experience_tries=1`: one either way) | `experience_doors`, `experience_tries`, `experience_vaults` |
 
 Task ids are `<task>/<variant>/<split>/<index>` (variant `needed` or `control`). Each task sets its
 own step budget (`Task.info["max_steps"]`): the moves it takes, the calls it needs and one more

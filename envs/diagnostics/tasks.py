@@ -255,6 +255,8 @@ class _Experience(_Game):
         self.moves += 1
         if door == self.door:
             return StepResult(f"The {door} door swings open.", [], done=True, won=True, score=1.0)
+        if self.moves >= self.settings.experience_tries:
+            return StepResult(f"The {door} door is locked, and the vault seals.", [], done=True, won=False, score=0.0)
         return StepResult(f"The {door} door is locked.", self._actions())
 
     def answer(self) -> str:

@@ -165,6 +165,22 @@ def test_random_guessing_is_at_chance_on_needed_and_perfect_on_controls():
     assert 0.35 < rate["experience/needed"] < 0.65  # two doors of four (no recall: two tries)
 
 
+
+def test_one_try_seals_the_vault_after_a_wrong_door_and_a_recall_keeps_its_door():
+    env = DiagnosticsEnv(DiagnosticsConfig(experience_tries=1, experience_vaults=32))
+    task, first = env.reset("experience/needed/train/5")
+    door = env.game.door
+    wrong = next(d for d in DOORS[:4] if d != door)
+    sealed = env.step(f"open {wrong} door")
+    assert sealed.done and not sealed.won and "seals" in sealed.observation
+    env.reset("experience/needed/train/5")
+    assert env.step(f"open {door} door").won
+    # Without a recall the budget's second step is no second try: chance falls from two doors in four to one.
+    record, _ = play(env, "experience/needed/train/5", [act(f"open {wrong} door"), act(f"open {door} door")])
+    assert not record.won and record.steps == 1
+    with pytest.raises(ConfigError, match="experience_tries=3"):
+        validate(Config(env=EnvConfig(name="diagnostics", diagnostics=DiagnosticsConfig(experience_tries=3))))
+
 def test_bad_actions_are_invalid_and_the_state_stays(env):
     task, first = env.reset("memory/needed/train/0")
     bad = env.step("enter red")
