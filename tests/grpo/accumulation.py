@@ -12,6 +12,7 @@ everything.
 from __future__ import annotations
 
 import json
+import os
 import random
 import sys
 from pathlib import Path
@@ -128,11 +129,15 @@ def main(model_dir: str, out_dir: str) -> None:
                "logged_steps": stats["optimizer_steps"], "state_steps": run.state.optimizer_steps,
                "update_sync_flags": counted["sync_flags"]}
     (out / f"summary_world{world}_rank{rank}.json").write_text(json.dumps(summary))
-    if world > 1:  # leave the launch's process group before exit: gloo's threads still running at interpreter exit
-        # abort the process ("terminate called without an active exception"). In one process (the test's own, which
-        # may hold an in-process vLLM engine's group) there is nothing of ours to leave.
+    if world > 1:  # leave the launch's process group, then skip interpreter teardown: the DDP models still hold the
+        # gloo group, and its threads torn down among the interpreter's last objects are the likeliest source of the
+        # rank abort CI saw twice ("terminate called without an active exception"). In one process (the test's own,
+        # which may hold an in-process vLLM engine's group) there is nothing of ours to leave.
         run.accelerator.wait_for_everyone()
         run.accelerator.end_training()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":
