@@ -27,17 +27,21 @@ thread count.
      commands; `env_alone_s` its wall time: resets count even when no action reached the env);
    - `engine_vs_bound` = max(backend-alone wall, env-alone wall) / engine wall (target
      >= 0.85): 1.0 means the engine costs no more than its slower side alone;
-   - `last_reset_s`: when the engine's last reset was answered; `tail_s` = engine wall
+   - `last_reset_s`: when the engine's last reset was answered; `tail_s` = that run's wall
      minus that: the last episodes' turns, with no reset left to overlap them;
-   - `env_cpu_s` / `env_alone_cpu_s`: CPU seconds the env workers used in the engine run and
-     in the env-alone replay. Their difference is what the engine adds on the env core
+   - `env_cpu_s` / `env_alone_cpu_s`: CPU seconds the env workers used in the round's first
+     engine run and first env-alone replay. Their difference is what the engine adds on the env core
      (parsing, prompts); `env_cpu_s / last_reset_s` well below 1 means that core idled
      while resets were still to come. The CPU model is printed and written to the JSON.
-   The engine run and its two bounds are measured back to back, `--repeats` rounds (both
-   schedules in each round, one after the other), and each schedule's row is its median
-   round by `engine_vs_bound`, with every round's ratio in `engine_vs_bound_rounds` and
-   its timings in `rounds`: the machine's speed drifts (the same 16 game loads took 3.0 to
-   5.7 s on different runs), and a ratio of two measurements taken together is steadier
+   A round measures, in this order, the engine, the env alone, the backend alone, the env
+   alone again and the engine again (each engine run and replay from a fresh pool), and
+   takes each side's mean: both means sit at the round's middle, so a drift of the machine's
+   speed that is linear over the round cancels from the ratio (`engine_walls_s`,
+   `env_alone_walls_s` keep both). There are `--repeats` rounds (both schedules in each, one
+   after the other), and each schedule's row is its median round by `engine_vs_bound`, with
+   every round's ratio in `engine_vs_bound_rounds` and its timings in `rounds`: the
+   machine's speed drifts (the same 16 game loads took 3.0 to 8.9 s on different runs, and
+   5.0 to 8.9 s within five minutes), and a ratio of measurements taken together is steadier
    than a ratio of two best-ofs taken apart. Each engine run and env-alone replay starts
    from a fresh pool warmed on a task outside the benchmark (`warm_pool`), so every reset
    loads its game. A model that has not been trained answers mostly with unparsable
@@ -229,43 +233,60 @@ def warm_pool(cfg: Config, workers: int, warm_task: str, args) -> EnvPool:
     return pool
 
 
-def measure(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: str, schedule: str, args) -> dict:
-    """One engine run and, right after it, its two bounds on the same work (each from a fresh pool)."""
+def engine_run(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: str, schedule: str, args):
+    """One engine run from a fresh pool (after a warm-up run of its own): (stats, trajectories, env workers' CPU s)."""
     settings = episode_settings(cfg)
     pool = warm_pool(cfg, cfg.env.num_workers, warm_task, args)
-    engine, sampling = model_engine(cfg, backend, pool, len(jobs), schedule, args)
+    engine, _ = model_engine(cfg, backend, pool, len(jobs), schedule, args)
     with pool:
         engine.run([EpisodeJob(warm_task, seed=cfg.seed)] * 2, settings)  # warm-up: kernels and caches of the backend
         backend.requests = []
         cpu0 = workers_cpu_s(pool)
         trajs = engine.run(jobs, settings)
-        env_cpu_s = workers_cpu_s(pool) - cpu0
-    stats, requests = engine.stats, backend.requests
+        return engine.stats, trajs, workers_cpu_s(pool) - cpu0
+
+
+def env_replay(cfg: Config, jobs: list[EpisodeJob], actions: list[list[str]], warm_task: str, args):
+    """The pool alone on the engine run's resets and env actions, from a fresh pool: (seconds, workers' CPU s)."""
+    with warm_pool(cfg, cfg.env.num_workers, warm_task, args) as pool:
+        cpu0 = workers_cpu_s(pool)
+        seconds = replay_raw(pool, jobs, actions)  # resets count even with no steps
+        return seconds, workers_cpu_s(pool) - cpu0
+
+
+def measure(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: str, schedule: str, args) -> dict:
+    """One round, in the order engine, env alone, backend alone, env alone, engine: each side's mean sits at the
+    round's middle, so a drift of the machine's speed that is linear over the round cancels from the ratio (a
+    round takes about a minute, and the same game loads have taken 5.0 to 8.9 s a few minutes apart)."""
+    stats, trajs, env_cpu_s = engine_run(cfg, backend, jobs, warm_task, schedule, args)
+    requests, actions = backend.requests, [env_actions(t) for t in trajs]
+    env_first, env_alone_cpu_s = env_replay(cfg, jobs, actions, warm_task, args)
+    sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
     start = time.perf_counter()
     for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
         backend.inner.generate(requests[i:i + len(jobs)], sampling)
     backend_s = time.perf_counter() - start
-    actions = [env_actions(t) for t in trajs]
-    with warm_pool(cfg, cfg.env.num_workers, warm_task, args) as pool:
-        cpu0 = workers_cpu_s(pool)
-        env_s = replay_raw(pool, jobs, actions)  # resets count even with no steps
-        env_alone_cpu_s = workers_cpu_s(pool) - cpu0
+    env_second, _ = env_replay(cfg, jobs, actions, warm_task, args)
+    stats_second, _, _ = engine_run(cfg, backend, jobs, warm_task, schedule, args)
+    engine_s, env_s = (stats.wall_s + stats_second.wall_s) / 2, (env_first + env_second) / 2
     steps = sum(len(a) for a in actions)
     return {
         "schedule": schedule, "turns": stats.turns, "env_steps": steps,
-        "generated_tokens": stats.generated_tokens, "engine_wall_s": stats.wall_s,
-        "engine_tokens_per_s": stats.generated_tokens / stats.wall_s,
+        "generated_tokens": stats.generated_tokens, "engine_wall_s": engine_s,
+        "engine_walls_s": [stats.wall_s, stats_second.wall_s], "env_alone_walls_s": [env_first, env_second],
+        "engine_tokens_per_s": stats.generated_tokens / engine_s,  # both runs play the same jobs and seeds
         "backend_alone_tokens_per_s": stats.generated_tokens / backend_s,
         "env_alone_steps_per_s": steps / env_s if steps else None,
         "env_alone_s": env_s, "backend_alone_s": backend_s,
-        "engine_vs_bound": max(backend_s, env_s) / stats.wall_s,
+        "engine_vs_bound": max(backend_s, env_s) / engine_s,
         "generate_share": stats.generate_s / stats.wall_s,
         "last_reset_s": stats.last_reset_s, "tail_s": stats.wall_s - stats.last_reset_s,
         "env_cpu_s": env_cpu_s, "env_alone_cpu_s": env_alone_cpu_s,
     }
 
 
-ROUND_KEYS = ("engine_wall_s", "backend_alone_s", "env_alone_s", "last_reset_s", "env_cpu_s", "env_alone_cpu_s")  # kept for every round
+ROUND_KEYS = ("engine_wall_s", "engine_walls_s", "backend_alone_s", "env_alone_s", "env_alone_walls_s", "last_reset_s",
+              "env_cpu_s", "env_alone_cpu_s")  # kept for every round
 
 
 def bench_model(cfg: Config, jobs: list[EpisodeJob], warm_task: str, backend_name: str, model: str, args

@@ -30,5 +30,9 @@ def test_bench_rollout_writes_median_rounds_and_their_bounds(tmp_path):
         assert row["engine_vs_bound"] == max(row["backend_alone_s"], row["env_alone_s"]) / row["engine_wall_s"]
         assert row["engine_vs_bound"] == sorted(row["engine_vs_bound_rounds"])[1]
         assert len(row["rounds"]) == 3 and row["turns"] == 2 * 2 * 2  # 4 episodes of 2 turns each
-        assert 0 < row["last_reset_s"] <= row["engine_wall_s"]
+        # each side is the mean of its two runs in the round (engine, env, backend, env, engine)
+        assert len(row["engine_walls_s"]) == len(row["env_alone_walls_s"]) == 2
+        assert row["engine_wall_s"] == sum(row["engine_walls_s"]) / 2
+        assert row["env_alone_s"] == sum(row["env_alone_walls_s"]) / 2
+        assert 0 < row["last_reset_s"] <= row["engine_walls_s"][0]
     assert "engine_vs_bound" in done.stdout and "rounds" in done.stdout
