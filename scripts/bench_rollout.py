@@ -207,11 +207,13 @@ def cpu_model() -> str:
     return "unknown"
 
 
+def bench_sampling(cfg: Config, args) -> SamplingSettings:
+    return SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
+
+
 def model_engine(cfg: Config, backend, pool: EnvPool, live: int, schedule: str, args):
-    sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
-    engine = RolloutEngine(pool, backend, backend.tokenizer, sampling, cfg.policy.max_prompt_tokens, live,
-                           max_trajectory_tokens=cfg.policy.max_trajectory_tokens, schedule=schedule)
-    return engine, sampling
+    return RolloutEngine(pool, backend, backend.tokenizer, bench_sampling(cfg, args), cfg.policy.max_prompt_tokens,
+                         live, max_trajectory_tokens=cfg.policy.max_trajectory_tokens, schedule=schedule)
 
 
 def warm_pool(cfg: Config, workers: int, warm_task: str, args) -> EnvPool:
@@ -237,7 +239,7 @@ def engine_run(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_tas
     """One engine run from a fresh pool (after a warm-up run of its own): (stats, trajectories, env workers' CPU s)."""
     settings = episode_settings(cfg)
     pool = warm_pool(cfg, cfg.env.num_workers, warm_task, args)
-    engine, _ = model_engine(cfg, backend, pool, len(jobs), schedule, args)
+    engine = model_engine(cfg, backend, pool, len(jobs), schedule, args)
     with pool:
         engine.run([EpisodeJob(warm_task, seed=cfg.seed)] * 2, settings)  # warm-up: kernels and caches of the backend
         backend.requests = []
@@ -255,13 +257,12 @@ def env_replay(cfg: Config, jobs: list[EpisodeJob], actions: list[list[str]], wa
 
 
 def measure(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: str, schedule: str, args) -> dict:
-    """One round, in the order engine, env alone, backend alone, env alone, engine: each side's mean sits at the
-    round's middle, so a drift of the machine's speed that is linear over the round cancels from the ratio (a
-    round takes about a minute, and the same game loads have taken 5.0 to 8.9 s a few minutes apart)."""
+    """One round: engine, env alone, backend alone, env alone, engine; each side is the mean of its runs, which sits
+    at the round's middle, so a drift of the machine's speed that is linear over the round cancels (docstring)."""
     stats, trajs, env_cpu_s = engine_run(cfg, backend, jobs, warm_task, schedule, args)
     requests, actions = backend.requests, [env_actions(t) for t in trajs]
     env_first, env_alone_cpu_s = env_replay(cfg, jobs, actions, warm_task, args)
-    sampling = SamplingSettings(temperature=1.0, top_p=1.0, max_new_tokens=args.max_new_tokens, seed=cfg.seed)
+    sampling = bench_sampling(cfg, args)
     start = time.perf_counter()
     for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
         backend.inner.generate(requests[i:i + len(jobs)], sampling)
@@ -331,7 +332,7 @@ def bench_scaling(cfg: Config, tasks: list[str], warm_task: str, model: str, arg
             live = workers * per_worker
             jobs = [EpisodeJob(t, seed=cfg.seed) for t in (tasks * live)[: 2 * live]]  # two waves of episodes
             pool = warm_pool(cfg, workers, warm_task, args)
-            engine, _ = model_engine(cfg, backend, pool, live, "pipelined", args)
+            engine = model_engine(cfg, backend, pool, live, "pipelined", args)
             with pool:
                 engine.run([EpisodeJob(warm_task, seed=cfg.seed)], episode_settings(cfg))
                 engine.run(jobs, episode_settings(cfg))
