@@ -335,23 +335,43 @@ def _eval_mode(model: Any):
 
 def _draw(probs: torch.Tensor, generators: list[Optional[torch.Generator]]) -> torch.Tensor:
     """For each row i of `probs` [B, V], `torch.multinomial(probs[i], 1, generator=generators[i])`, token for token
-    (the argmax where the generator is None).
+    (the argmax where the generator is None), leaving each generator where multinomial leaves it.
 
     multinomial draws one sample as argmax(p / q), q a vector of Exp(1) variates from the
     generator (the exponential race). Here each row still draws its own variates from its
     own generator, and the division, the argmax and multinomial's validity check run once
     for the whole batch instead of once per row (a test compares with torch.multinomial).
     """
-    if not bool(((probs >= 0) & (probs < float("inf"))).all()):  # NaN fails both
+    if not bool(probs.min() >= 0) or not bool(probs.max() < float("inf")):  # min and max of a NaN are NaN
         raise RuntimeError("hf backend: the model's next-token probabilities contain inf, nan or negative values "
                            "(non-finite logits: check the checkpoint or the last update)")
-    races = torch.empty_like(probs)
-    for row, generator in zip(races, generators):
-        if generator is None:
-            row.fill_(1.0)
-        else:
-            row.exponential_(1.0, generator=generator)
+    races = _exponential_races(probs, generators)
+    greedy = [i for i, generator in enumerate(generators) if generator is None]
+    if greedy:
+        races[greedy] = 1.0
     return (probs / races).argmax(-1)
+
+
+def _exponential_races(probs: torch.Tensor, generators: list[Optional[torch.Generator]]) -> torch.Tensor:
+    """Row i: `torch.empty_like(probs[i]).exponential_(generator=generators[i])` (rows without one: undefined).
+
+    On CPU, exponential_ makes each variate as -log1p(-u), u a 53-bit double uniform from the
+    generator, one scalar log at a time, so it costs about 3x what drawing the uniforms does.
+    `uniform_` on a float64 tensor draws the same u's (the same numbers taken from the
+    generator), and the log then runs vectorised over the batch, cast to float as exponential_
+    casts. CUDA's exponential_ uses its own algorithm, so other devices call it per row.
+    """
+    if probs.device.type != "cpu":
+        races = torch.empty_like(probs)
+        for row, generator in zip(races, generators):
+            if generator is not None:
+                row.exponential_(1.0, generator=generator)
+        return races
+    uniforms = torch.zeros(probs.shape, dtype=torch.float64)
+    for row, generator in zip(uniforms, generators):
+        if generator is not None:
+            row.uniform_(generator=generator)
+    return torch.log1p(uniforms.neg_()).neg_().to(probs.dtype)
 
 
 def _check_prompt(request: GenerationRequest, index: int) -> None:

@@ -112,7 +112,8 @@ def test_sampling_never_repeats_and_is_reproducible_from_the_seed(hf_model, toke
 
 def test_batched_draws_are_torch_multinomial_token_for_token():
     """`_draw` keeps every recorded sampled run: the same token as one torch.multinomial call per row, from the
-    same generators (flat, peaked and nucleus-cut distributions; greedy rows among sampled ones)."""
+    same generators, which it leaves in the same state (flat, peaked and nucleus-cut distributions; greedy rows
+    among sampled ones)."""
     from evoharness_rl.engines.hf import _draw
 
     shapes = torch.Generator().manual_seed(0)
@@ -125,10 +126,13 @@ def test_batched_draws_are_torch_multinomial_token_for_token():
         greedy = {trial % 6} if trial % 2 else set()
         generators = [None if row in greedy else torch.Generator().manual_seed(seed) for row, seed in enumerate(seeds)]
         drawn = _draw(probs, generators)
+        references = [torch.Generator().manual_seed(seed) for seed in seeds]
         expected = [probs[row].argmax().item() if row in greedy
-                    else torch.multinomial(probs[row], 1, generator=torch.Generator().manual_seed(seed)).item()
-                    for row, seed in enumerate(seeds)]
+                    else torch.multinomial(probs[row], 1, generator=references[row]).item()
+                    for row in range(6)]
         assert drawn.tolist() == expected, trial
+        for row in set(range(6)) - greedy:  # the next step's draws start where multinomial's would
+            assert torch.equal(generators[row].get_state(), references[row].get_state()), (trial, row)
 
 
 def test_non_finite_probabilities_are_an_error_not_a_token():
