@@ -168,6 +168,7 @@ class PolicyConfig:
     max_prompt_tokens: int = 12288  # per-turn prompt limit: the prompt tokens a turn adds (per_turn: its whole prompt; accumulated: the first prompt, then each turn's new environment message); longer ones keep their head (system message / turn header) and their most recent tokens
     max_trajectory_tokens: int = 8192  # accumulated context: tokens an episode may add after its first prompt (completions + environment messages; paper: 8,192 on WebArena); a turn that could not fit max_new_tokens more ends the episode as a failure flagged token_capped (token backends)
     batch_size: int = 64  # hf: most requests decoded at once (new requests join the running batch as rows finish); vllm_server and text backends: most ready requests the pipelined engine sends in one call; vLLM schedules its own batches
+    prefix_cache_mb: float = 256.0  # hf: memory for the keys/values of prompts already prefilled, reused by later prompts that begin the same way (0: off; emptied when the weights change)
     path: Optional[str] = None  # replay: JSON file with a list of raw responses
     harness_rate: float = 0.5  # scripted: how often the teacher uses BPE actions (0..1)
     teacher_slip_rate: float = 0.0  # scripted: share of turns that are a plausible action the env rejects (SFT recovery)
@@ -452,7 +453,8 @@ def validate(cfg: Config) -> Config:
                  "sft.learning_rate", "sft.epochs", "grpo.learning_rate", "grpo.kl_coef", "grpo.entropy_coef",
                  "grpo.clip_eps", "grpo.eval_every", "grpo.save_every", "sft.weight_decay", "grpo.weight_decay",
                  "grpo.keep_checkpoints", "grpo.lr_warmup_steps", "grpo.keep_trajectories", "env.ray_cpus_per_worker",
-                 "harness.schedule_retries", "grpo.step_advantage_weight", "grpo.greedy_samples"):
+                 "harness.schedule_retries", "grpo.step_advantage_weight", "grpo.greedy_samples",
+                 "policy.prefix_cache_mb"):
         _positive(name, _get(cfg, name), zero_ok=True)
     for name in ("policy.top_p", "policy.harness_rate", "policy.teacher_slip_rate", "policy.gpu_memory_utilization",
                  "sft.warmup_ratio", "sft.validation_fraction", "max_error_rate",

@@ -173,6 +173,9 @@ class Recording(StreamingBackend):
     def poll(self):
         return self.inner.poll()
 
+    def reset_prefix_cache(self) -> None:
+        self.inner.reset_prefix_cache()
+
     def release(self) -> None:
         self.inner.release()
 
@@ -243,6 +246,7 @@ def engine_run(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_tas
     with pool:
         engine.run([EpisodeJob(warm_task, seed=cfg.seed)] * 2, settings)  # warm-up: kernels and caches of the backend
         backend.requests = []
+        backend.reset_prefix_cache()  # as after a weight update: no prompt of the run was seen
         cpu0 = workers_cpu_s(pool)
         trajs = engine.run(jobs, settings)
         return engine.stats, trajs, workers_cpu_s(pool) - cpu0
@@ -263,6 +267,7 @@ def measure(cfg: Config, backend: Recording, jobs: list[EpisodeJob], warm_task: 
     requests, actions = backend.requests, [env_actions(t) for t in trajs]
     env_first, env_alone_cpu_s = env_replay(cfg, jobs, actions, warm_task, args)
     sampling = bench_sampling(cfg, args)
+    backend.reset_prefix_cache()  # the engine run's prompts: the backend alone starts as cold as it did
     start = time.perf_counter()
     for i in range(0, len(requests), len(jobs)):  # never more at once than the engine can have
         backend.inner.generate(requests[i:i + len(jobs)], sampling)

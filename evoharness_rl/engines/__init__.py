@@ -93,7 +93,8 @@ def _token_backend(name: str, policy_cfg: Any, model_cfg: Any, tokenizer: Any, m
         from evoharness_rl.engines.hf import HFBackend
 
         return HFBackend(model if model is not None else model_cfg.path, tokenizer, device, model_cfg.dtype,
-                         policy_cfg.batch_size, model_cfg.attn_implementation, model_cfg.trust_remote_code)
+                         policy_cfg.batch_size, model_cfg.attn_implementation, model_cfg.trust_remote_code,
+                         policy_cfg.prefix_cache_mb)
     if name == "vllm":
         from evoharness_rl.engines.vllm import VLLMBackend, context_length
 

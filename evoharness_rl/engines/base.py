@@ -120,6 +120,9 @@ class GenerationBackend(abc.ABC):
     def update_weights(self, model: Any) -> None:
         """Load the trainer's current weights (no-op for backends without a model)."""
 
+    def reset_prefix_cache(self) -> None:
+        """Forget cached prompt prefixes, so the next requests start cold (a benchmark's runs); no-op without one."""
+
     def release(self) -> None:
         """Free GPU memory, processes and connections; safe to call twice."""
 

@@ -295,6 +295,9 @@ class VLLMBackend(StreamingBackend):
             self.llm.sleep(level=1)
             self._asleep = True
 
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
+
     def release(self) -> None:
         if getattr(self, "llm", None) is None:
             return

@@ -329,3 +329,51 @@ def test_the_queue_refuses_mixed_sampling_and_generate_while_busy(hf_model, toke
     while backend._decoder.busy:
         backend.poll()
     backend.submit(second, SamplingSettings(temperature=1.0, max_new_tokens=8, seed=0))  # drained: any settings
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_prompts_that_begin_like_earlier_ones_reuse_their_prefix_and_decode_the_same(hf_model, tokenizer,
+                                                                                    temperature):
+    """A prompt that starts with tokens of a prompt prefilled before prefills only the rest, and gets the tokens
+    and (to rounding) the logprobs it gets from a backend that keeps no prefixes."""
+    prompts = make_prompts(tokenizer, 5)
+    later = [p + p[-12:] for p in prompts] + [prompts[0][:-3] + prompts[1][-20:]]  # extend or branch off earlier ones
+    settings = SamplingSettings(temperature=temperature, max_new_tokens=16, seed=0)
+    backend = HFBackend(hf_model, tokenizer, batch_size=4)
+    plain = HFBackend(hf_model, tokenizer, batch_size=4, prefix_cache_mb=0)
+    store = backend._prefixes
+    backend.generate(_requests(prompts), settings)
+    assert len(store.entries) == len(prompts)
+    matches = [store.match(p) for p in later]
+    assert all(n >= len(p) - 3 for (_, n), p in zip(matches[:-1], prompts)) and matches[-1][1] == len(prompts[0]) - 3
+    requests = _requests(later)
+    for i, request in enumerate(requests):
+        request.seed = 7 + i
+    reused, fresh = backend.generate(requests, settings), plain.generate(requests, settings)
+    for r, f in zip(reused, fresh):
+        assert r.completion_ids == f.completion_ids
+        assert torch.allclose(torch.tensor(r.logprobs), torch.tensor(f.logprobs), atol=1e-4)
+    assert plain._prefixes is None
+
+
+def test_the_prefix_store_empties_when_the_weights_change_and_keeps_to_its_budget(tiny_model_dir, tokenizer):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    prompts = make_prompts(tokenizer, 6)
+    greedy = SamplingSettings(temperature=0.0, max_new_tokens=8)
+    backend = HFBackend(model, tokenizer, batch_size=8)
+    backend.generate(_requests(prompts), greedy)
+    assert backend._prefixes.entries
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3.0)  # what an optimizer step does: an in-place change of a shared model
+    after = backend.generate(_requests(prompts), greedy)
+    assert after == HFBackend(model, tokenizer, batch_size=8, prefix_cache_mb=0).generate(_requests(prompts), greedy)
+    assert all(len(e[0]) in {len(p) for p in prompts} for e in backend._prefixes.entries.values())  # recomputed only
+
+    per_token = sum(2 * layer.self_attn.k_proj.out_features * 4 for layer in model.model.layers)  # bytes (float32)
+    small = HFBackend(model, tokenizer, batch_size=8, prefix_cache_mb=2.5 * max(map(len, prompts)) * per_token / 2**20)
+    small.generate(_requests(prompts), greedy)
+    assert len(small._prefixes.entries) == 2 and small._prefixes.used <= small._prefixes.budget
+    prefilled = sorted(prompts, key=len)  # generate() prefills in order of length
+    assert [e[0].tolist() for e in small._prefixes.entries.values()] == prefilled[-2:]  # the most recent stay
