@@ -83,6 +83,17 @@ def test_a_request_seed_fixes_that_request_whatever_its_batch(vllm_engine, token
     assert together == alone[::-1]
 
 
+def test_sampled_prompts_beyond_one_steps_token_budget_are_prefilled_whole(vllm_engine, tokenizer):
+    """16 seeded prompts of 400 tokens are more than vLLM prefills in one step (4096 tokens by default): split
+    into chunks, a seeded request's generator would be rewound by an offset CPU generators lack (a crash)."""
+    prompts = [[(7 * j + i) % 300 + 5 for j in range(400)] for i in range(16)]
+    settings = SamplingSettings(max_new_tokens=4, seed=5)
+    seeded = [GenerationRequest(messages=[], prompt_ids=p, seed=100 + i) for i, p in enumerate(prompts)]
+    together = vllm_engine.generate(seeded, settings)
+    assert all(c.error is None and len(c.completion_ids) > 0 for c in together)
+    assert together[3].completion_ids == vllm_engine.generate([seeded[3]], settings)[0].completion_ids
+
+
 def test_a_greedy_request_decodes_greedily_among_sampled_ones(vllm_engine, tokenizer):
     """grpo.greedy_samples: the greedy request gets the T=0 tokens, the sampled request beside it its own seed's."""
     prompts = make_prompts(tokenizer, 2)
