@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from evoharness_rl.envs.base import EnvSpec
 
-PROMPT_VERSION = "diagnostics-1"  # bump when any text below or a task's observations change
+PROMPT_VERSION = "diagnostics-2"  # bump when any text below or a task's observations change
 
 _INTRO = ("You are an agent in a small text world. Each turn shows the OBJECTIVE, the OBSERVATION, the ACTIONS "
           "available now and your PREVIOUS ACTION(S).")

@@ -147,7 +147,7 @@ class _Progress(_Game):
 
     Each panel offers one switch still off, drawn at random, among those already on (shuffled), so
     which switches are done is the episode's own history, not a fixed order a policy could learn. The
-    turn after a switch goes on names the switches still off: keeping track is a copy (commit them,
+    turn after a switch goes on names the switches still off, first: keeping track is a copy (commit them,
     and the plan shows them at the next panel), not a set difference, which a model of a million
     parameters does not learn at this budget."""
 
@@ -187,7 +187,9 @@ class _Progress(_Game):
 
     def _here(self) -> StepResult:
         if self.just_on:
-            text = f"Switch {self.just_on} is now on; {' and '.join(self._off())} still off. You walk to the next panel."
+            # What is left comes first: a policy that copies the first switch it reads (as it does at a panel) then
+            # commits the right one (worded "Switch X is now on; Y still off", 13 of 29 SFT commits named X).
+            text = f"Still off: {' and '.join(self._off())}. Switch {self.just_on} is now on; you walk to the next panel."
             if self.control:  # the decision point must show that nothing needs keeping: the next panel will say it
                 text += " Its sign lists the switches still off."
             return StepResult(text, [CONTINUE])

@@ -15,7 +15,7 @@ import re
 
 from evoharness_rl.envs.base import Teacher
 
-_STILL_OFF = re.compile(r"is now on; (.+) still off")
+_STILL_OFF = re.compile(r"^Still off: (.+?)\. Switch \w+ is now on")
 # A search query (experience/retrieval.py's "where is X" form), so recall ranks only the vault's search priority and
 # not the bank's mistakes: asked "which door opens", BM25 put "Mistake: repeating 'open oak door' ..." (a general
 # entry GRPO's own repeats taught the bank) above the vault's door at recall_k=1, and GRPO dropped recall.

@@ -77,9 +77,9 @@ def test_progress_needs_commit_after_a_switch_and_the_control_lists_them(env):
     (second,) = [s for s in env.game.switches if s != first]
     record, prompts = play(env, task_id, [act(f"turn on {first}"), act(f"commit [turn on {second}]"),
                                           act("continue")], rate=0.0)
-    assert f"Switch {first} is now on; {second} still off." in prompts[1]  # the decision point names what is left
+    assert f"Still off: {second}. Switch {first} is now on;" in prompts[1]  # the decision point names what is left
     assert record.won and f"[ ] turn on {second}" in prompts[-1] and "Still off" not in prompts[-1]
-    assert "still off" not in prompts[-1].split("PREVIOUS ACTION(S):")[1].split("PLAN:")[0]  # gone from the history
+    assert "Still off" not in prompts[-1].split("PREVIOUS ACTION(S):")[1].split("PLAN:")[0]  # gone from the history
     assert decision_point(DiagnosticsEnv(), task_id, record.turns) == [False, True, True, False]
     again, _ = play(env, task_id, [act(f"turn on {first}"), act("continue"), act(f"turn on {first}")])
     assert not again.won and again.turns[-1].observation.endswith("the breaker trips.")
