@@ -107,20 +107,20 @@ class _PrefixStore:
         self.budget = budget_bytes
         self.entries: OrderedDict[int, tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], int]] = OrderedDict()
         self.used = 0  # bytes held
-        self.version = -1  # the weights' version the entries were computed with
+        self.version: tuple = ()  # (id, version counter) of each parameter when the entries were computed
         self._next = 0
         self._table: Optional[tuple] = None  # entry keys, their ids padded with -1 [E, T], their lengths [E]
 
     def check(self, model: Any) -> None:
-        """Empty the store if a parameter changed since its entries were computed."""
-        version = sum(p._version for p in model.parameters())
+        """Empty the store if a parameter changed (in place, or was replaced) since its entries were computed."""
+        version = tuple((id(p), p._version) for p in model.parameters())
         if version != self.version:
             self.clear()
             self.version = version
 
     def clear(self) -> None:
         self.entries.clear()
-        self.used, self.version, self._table = 0, -1, None
+        self.used, self.version, self._table = 0, (), None
 
     def match(self, prompt: list[int]) -> tuple[int, int]:
         """(entry key, tokens to reuse): the longest prefix `prompt` shares with an entry, leaving its last
