@@ -44,10 +44,10 @@ thread count.
    5.0 to 8.9 s within five minutes), and a ratio of measurements taken together is steadier
    than a ratio of two best-ofs taken apart. Each engine run and env-alone replay starts
    from a fresh pool warmed on a task outside the benchmark (`warm_pool`), so every reset
-   loads its game, and every engine run and backend-alone pass starts with the backend's prefix cache
-   empty (`reset_prefix_cache`), as a rollout batch after a weight update does. A model that has not been trained answers mostly with unparsable
-   actions, which cost a turn but no env step: pass an SFT checkpoint as `--model` for a
-   realistic env share.
+   loads its game, and every engine run and backend-alone pass starts with the backend's
+   prefix cache empty (`reset_prefix_cache`), as a rollout batch after a weight update does.
+   A model that has not been trained answers mostly with unparsable actions, which cost a
+   turn but no env step: pass an SFT checkpoint as `--model` for a realistic env share.
 3. Scaling (`--scaling`, hf, pipelined): engine throughput with 1 and 2 workers and 1, 2
    and 4 episodes per worker.
 """

@@ -82,10 +82,10 @@ AttentionMaskInterface.register(_SDPA_GQA, sdpa_mask)
 
 
 @contextlib.contextmanager
-def _grouped_attention(model: Any):
-    """Run `model`'s forwards through `_sdpa_gqa` if it uses sdpa on CPU; restore its setting after."""
+def _grouped_attention(model: Any, device: torch.device):
+    """Run `model`'s forwards (on `device`) through `_sdpa_gqa` if it uses sdpa on CPU; restore its setting after."""
     config = model.config
-    if config._attn_implementation != "sdpa" or next(model.parameters()).device.type != "cpu":
+    if config._attn_implementation != "sdpa" or device.type != "cpu":
         yield
         return
     config._attn_implementation = _SDPA_GQA
@@ -226,7 +226,7 @@ class _Decoder:
         """One scheduling step (see the class docstring); the rows that finished."""
         device = next(self.model.parameters()).device
         finished: list[_Row] = []
-        with torch.no_grad(), _grouped_attention(self.model):
+        with torch.no_grad(), _grouped_attention(self.model, device):
             room = self.max_rows - len(self.rows)
             if self.waiting and room > 0 and (self.joinable or not self.rows):
                 joining = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
@@ -441,8 +441,7 @@ class HFBackend(StreamingBackend):
                                "poll() them first")
         if isinstance(model, (str, os.PathLike)):
             self.model, self._decoder = _load(str(model), *self._load_args), None
-            if self._prefixes is not None:
-                self._prefixes.clear()  # a new model object, whose version counters start again
+            self.reset_prefix_cache()
             return
         params = dict(self.model.named_parameters())
         names = weight_names(model)
