@@ -39,6 +39,14 @@ calling torch's sdpa; on CPU that copy of the whole cache cost more than the att
 (32 rows of 650 tokens: 3.4 ms against 0.9 with sdpa's own `enable_gqa`, the same numbers).
 The decode loop runs an sdpa model on CPU through `_sdpa_gqa` instead, which lets torch group the
 heads; training forwards and other devices keep transformers' path.
+
+The decode step of Llama-style models (`_LeanStep`: llama, qwen2, qwen3 with sdpa and full attention).
+A step feeds one token a row, and on a small model most of transformers' forward is bookkeeping
+(config lookups, mask building, cache dispatch, output records), not arithmetic: 1.2 ms of a 2-layer
+model's step for one row. `_LeanStep` runs the same modules (so LoRA layers and the model's own rotary
+embedding take part) in the same order with the same torch calls, and skips the rest: the logits are
+the same to the bit (a test compares them), and a step took 25-35% less on the demo's model (1 to 16
+rows). Prefill and every other model keep transformers' forward.
 """
 
 from __future__ import annotations
@@ -93,6 +101,58 @@ def _grouped_attention(model: Any, device: torch.device):
         yield
     finally:
         config._attn_implementation = "sdpa"
+
+
+class _LeanStep:
+    """One decode step of a Llama-style model without transformers' forward (module docstring,
+    "The decode step of Llama-style models"): `__call__` returns the last position's logits and
+    appends each layer's new keys and values to the plain cache, as the model's forward would."""
+
+    FAMILIES = ("llama", "qwen2", "qwen3")
+
+    @classmethod
+    def of(cls, model: Any) -> Optional["_LeanStep"]:
+        """The lean step for `model` (a PEFT wrapper included), or None where transformers' forward must run."""
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        config = getattr(base, "config", None)
+        inner = getattr(base, "model", None)
+        if (config is None or config.model_type not in cls.FAMILIES or config._attn_implementation != "sdpa"
+                or any(kind != "full_attention" for kind in getattr(config, "layer_types", None) or [])
+                or not hasattr(inner, "layers") or not hasattr(base, "lm_head")):
+            return None
+        return cls(base)
+
+    def __init__(self, base: Any):
+        self.model, self.lm_head = base.model, base.lm_head
+
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
+        model, rows = self.model, ids.shape[0]
+        x = model.embed_tokens(ids)
+        cos, sin = model.rotary_emb(x, positions)
+        cos, sin = cos[:, None], sin[:, None]
+        allowed = mask.bool()[:, None, None, :]
+        for layer, kv in zip(model.layers, cache.layers):
+            attention = layer.self_attn
+            h = layer.input_layernorm(x)
+            shape = (rows, 1, -1, attention.head_dim)
+            q, k = attention.q_proj(h).view(shape), attention.k_proj(h).view(shape)
+            if hasattr(attention, "q_norm"):  # qwen3 normalises each head
+                q, k = attention.q_norm(q), attention.k_norm(k)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)
+            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            kv.keys = torch.cat([kv.keys, k], dim=2)
+            kv.values = torch.cat([kv.values, attention.v_proj(h).view(shape).transpose(1, 2)], dim=2)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, kv.keys, kv.values, attn_mask=allowed, scale=attention.scaling,
+                enable_gqa=q.shape[1] != kv.keys.shape[1])
+            x = x + attention.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.lm_head(model.norm(x))[:, -1, :]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class _PrefixStore:
@@ -207,6 +267,7 @@ class _Decoder:
         self.sampling: Optional[SamplingSettings] = None  # the call settings every running row shares
         self.joinable = True
         self._trim_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._lean = _LeanStep.of(model)  # None: every decode step runs transformers' forward
 
     @property
     def busy(self) -> bool:
@@ -236,10 +297,13 @@ class _Decoder:
                 ids = torch.tensor([[row.ids[-1]] for row in self.rows], device=device)
                 positions = torch.tensor([[len(row.prompt) + len(row.ids) - 1] for row in self.rows], device=device)
                 self.mask = torch.cat([self.mask, self.mask.new_ones((len(self.rows), 1))], dim=1)
-                out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
-                                 past_key_values=self.cache, use_cache=True, **self._logits_args())
-                self.cache = out.past_key_values
-                self._sample(out.logits[:, -1, :], [row if live else None for row, live in zip(self.rows, self.live)])
+                if self._lean is not None and self.joinable:
+                    logits = self._lean(ids, self.mask, positions, self.cache)
+                else:
+                    out = self.model(input_ids=ids, attention_mask=self.mask, position_ids=positions,
+                                     past_key_values=self.cache, use_cache=True, **self._logits_args())
+                    self.cache, logits = out.past_key_values, out.logits[:, -1, :]
+                self._sample(logits, [row if live else None for row, live in zip(self.rows, self.live)])
                 finished += self._retire()
         return finished
 

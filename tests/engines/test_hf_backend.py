@@ -377,3 +377,64 @@ def test_the_prefix_store_empties_when_the_weights_change_and_keeps_to_its_budge
     assert len(small._prefixes.entries) == 2 and small._prefixes.used <= small._prefixes.budget
     prefilled = sorted(prompts, key=len)  # generate() prefills in order of length
     assert [e[0].tolist() for e in small._prefixes.entries.values()] == prefilled[-2:]  # the most recent stay
+
+
+def _family_model(family: str, attn: str = "sdpa"):
+    """A randomly initialised 2-layer model of `family` (grouped-query attention, untied head for llama)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(family, vocab_size=384, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                  tie_word_embeddings=family != "llama", attention_bias=family == "qwen2")
+    torch.manual_seed(3)
+    return AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation=attn).eval()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "qwen3+lora"])
+def test_the_lean_decode_step_gives_transformers_logits_to_the_bit(family, tokenizer):
+    """`_LeanStep` against the model's own forward: the same logits and cache after one decode step of left-padded
+    rows of different lengths; a PEFT model's LoRA layers take part (the adapter moves the logits)."""
+    from peft import LoraConfig, get_peft_model
+
+    from evoharness_rl.engines.hf import _Decoder, _grouped_attention, _LeanStep, _Row
+
+    model = _family_model(family.split("+")[0])
+    if family.endswith("+lora"):
+        plain = copy.deepcopy(model)
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                      "up_proj"], init_lora_weights=False)).eval()
+    lean = _LeanStep.of(model)
+    assert lean is not None
+    settings = SamplingSettings(temperature=0.0, max_new_tokens=50)
+    decoder = _Decoder(model, stop_ids=[], pad_id=0, max_rows=4)
+    for i, prompt in enumerate(make_prompts(tokenizer, 3)):
+        decoder.add(_Row(key=str(i), prompt=prompt[: 20 + 9 * i], max_new_tokens=50, generator=None), settings)
+    decoder._lean = None  # prefill and three steps through transformers' forward
+    for _ in range(4):
+        decoder.step()
+    ids = torch.tensor([[row.ids[-1]] for row in decoder.rows])
+    positions = torch.tensor([[len(row.prompt) + len(row.ids) - 1] for row in decoder.rows])
+    mask = torch.cat([decoder.mask, decoder.mask.new_ones((3, 1))], dim=1)
+    assert not bool(mask.all())  # the rows really are padded
+    theirs_cache, ours_cache = copy.deepcopy(decoder.cache), copy.deepcopy(decoder.cache)
+    with torch.no_grad(), _grouped_attention(model, torch.device("cpu")):
+        theirs = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=theirs_cache,
+                       use_cache=True).logits[:, -1, :]
+        ours = lean(ids, mask, positions, ours_cache)
+        if family.endswith("+lora"):
+            assert not torch.allclose(ours, plain(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                                  past_key_values=copy.deepcopy(decoder.cache)).logits[:, -1, :])
+    assert torch.equal(ours, theirs)
+    for mine, reference in zip(ours_cache.layers, theirs_cache.layers):
+        assert torch.equal(mine.keys, reference.keys) and torch.equal(mine.values, reference.values)
+
+
+def test_the_lean_decode_step_is_used_only_where_it_is_exact():
+    from evoharness_rl.engines.hf import _LeanStep
+
+    assert _LeanStep.of(_family_model("qwen3")) is not None
+    assert _LeanStep.of(_family_model("qwen3", attn="eager")) is None  # eager attention: transformers' forward
+    assert _LeanStep.of(_family_model("mistral")) is None  # a family it was not checked against
+    sliding = _family_model("qwen3")
+    sliding.config.layer_types = ["full_attention", "sliding_attention"]
+    assert _LeanStep.of(sliding) is None
