@@ -44,8 +44,8 @@ The decode step of Llama-style models (`_LeanStep`: llama, qwen2, qwen3 with sdp
 A step feeds one token a row, and on a small model a good part of transformers' forward is
 bookkeeping (config lookups, mask building, cache dispatch, output records), not arithmetic.
 `_LeanStep` runs the same modules (so LoRA layers and the model's own rotary embedding take part) in
-the same order with the same torch calls, and skips the rest: the logits are the same to the bit (a
-test compares them). On the demo's model the forward took 24-37% less (1 to 16 rows), a whole
+the same order with the same torch calls, and skips the rest: on CPU the logits are the same to the
+bit (a test compares them). On the demo's model the forward took 24-37% less (1 to 16 rows), a whole
 decode step with its sampling 10-19% less at 1 to 6 rows (one run each, CPU, one thread). Prefill
 and every other model keep transformers' forward.
 """
