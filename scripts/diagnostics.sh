@@ -63,9 +63,10 @@ for seed in $SEEDS; do
   [ -f "$D/sft_s$seed/merged/config.json" ] || launch "sft_s$seed" "${CLI[@]}" sft "${COMMON[@]}" "seed=$seed" \
     "model.path=$D/model" "sft.data=$D/collect" "out_dir=$D/sft_s$seed" resume=true
 done
-finished
 
+# A seed's GRPO runs start as soon as its SFT is done, on the core a later seed's SFT leaves free.
 for seed in $SEEDS; do
+  after "$D/sft_s$seed/merged/config.json" "sft_s$seed"
   for mode in $MODES; do
     [ -f "$D/grpo_${mode}_s$seed/final/config.json" ] || launch "grpo_${mode}_s$seed" "${CLI[@]}" grpo \
       "${COMMON[@]}" "seed=$seed" "harness.mode=$mode" "model.path=$D/sft_s$seed/merged" policy=hf \

@@ -24,6 +24,16 @@ launch() {
   job "$@" &
 }
 
+# after <file> <job>: wait (running jobs go on) until <job> has written <file>; stop if it failed. So a job can
+# start as soon as the one it needs is done, while the others still run.
+after() {
+  while [ ! -f "$1" ]; do
+    [ -f "$D/logs/$2.failed" ] && finished
+    if [ -z "$(jobs -rp)" ]; then echo "$2 finished without writing $1" >&2; exit 1; fi
+    wait -n || true
+  done
+}
+
 # finished: wait for every running job; stop if one failed.
 finished() {
   wait
