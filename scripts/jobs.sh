@@ -29,7 +29,11 @@ launch() {
 after() {
   while [ ! -f "$1" ]; do
     [ -f "$D/logs/$2.failed" ] && finished
-    if [ -z "$(jobs -rp)" ]; then echo "$2 finished without writing $1" >&2; exit 1; fi
+    if [ -z "$(jobs -rp)" ] && [ ! -f "$1" ]; then  # (checked again: the job may have written it just now)
+      [ -f "$D/logs/$2.failed" ] || echo "$2 finished without writing $1" >&2
+      finished
+      exit 1
+    fi
     wait -n || true
   done
 }

@@ -54,3 +54,11 @@ def test_a_failed_job_stops_the_jobs_that_need_it(tmp_path):
     assert rc == 1
     assert (tmp_path / "logs" / "sft1.failed").exists()
     assert "start grpo1" not in order and "start grpo2" not in order
+
+
+def test_a_job_that_ends_without_its_file_is_an_error_not_a_hang(tmp_path):
+    script = 'set -euo pipefail; D=$1; source "$JOBS"; launch sft true; after "$D/never" sft; echo reached'
+    done = subprocess.run(["bash", "-c", script, "jobs-test", str(tmp_path)], capture_output=True, text=True,
+                          env={"JOBS": str(JOBS), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert done.returncode == 1 and "reached" not in done.stdout
+    assert f"sft finished without writing {tmp_path}/never" in done.stderr
