@@ -28,7 +28,6 @@ launch() {
 # start as soon as the one it needs is done, while the others still run.
 after() {
   while [ ! -f "$1" ]; do
-    [ -f "$D/logs/$2.failed" ] && finished
     if [ -z "$(jobs -rp)" ] && [ ! -f "$1" ]; then  # (checked again: the job may have written it just now)
       [ -f "$D/logs/$2.failed" ] || echo "$2 finished without writing $1" >&2
       finished

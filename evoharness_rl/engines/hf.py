@@ -64,6 +64,7 @@ from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache, DynamicLayer
 from transformers.generation import TemperatureLogitsWarper, TopPLogitsWarper
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.models.llama.modeling_llama import rotate_half  # the same in qwen2 and qwen3
 
 from evoharness_rl.engines.base import (Completion, GenerationRequest, SamplingSettings, SamplingStream,
                                         StreamingBackend)
@@ -140,7 +141,7 @@ class _LeanStep:
             if hasattr(attention, "q_norm"):  # qwen3 normalises each head
                 q, k = attention.q_norm(q), attention.k_norm(k)
             q, k = q.transpose(1, 2), k.transpose(1, 2)
-            q, k = q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             kv.keys = torch.cat([kv.keys, k], dim=2)
             kv.values = torch.cat([kv.values, attention.v_proj(h).view(shape).transpose(1, 2)], dim=2)
             out = torch.nn.functional.scaled_dot_product_attention(
@@ -149,11 +150,6 @@ class _LeanStep:
             x = x + attention.o_proj(out.transpose(1, 2).reshape(rows, 1, -1))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.lm_head(model.norm(x))[:, -1, :]
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class _PrefixStore:
