@@ -56,6 +56,21 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The console script: faults (a full disk, Ctrl-C, SIGTERM) end it with one line, never a traceback."""
+    from evoharness_rl.faults import EXIT_CODES, catch_signals, claim_line, exit_now, received
+
+    if argv is None:  # the console script, not a test calling main(): SIGTERM unwinds like Ctrl-C
+        catch_signals(_line_on_timeout)
+    try:
+        _main(argv)
+    except KeyboardInterrupt:  # before or after a job ran (a job's own interrupt is reported by `_run`)
+        signum = received() or 2
+        if claim_line():
+            print(f"interrupted ({_signal_name(signum)}) before a run started; nothing was written", file=sys.stderr)
+        exit_now(EXIT_CODES.get(signum, 130))
+
+
+def _main(argv: list[str] | None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
@@ -248,11 +263,118 @@ def _run(dict_cfg) -> None:
         sys.exit(2)
     if hydra_cfg.mode == RunMode.MULTIRUN:
         cfg.out_dir = hydra_cfg.runtime.output_dir  # one run directory per sweep job
+    _RUNNING[:] = [cfg]
     try:
         run_command(cfg)
-    except UserError as err:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (faults.Terminated)
+        _report_interrupt(cfg)
+    except Exception as err:  # noqa: BLE001 - a user's error or a full disk: one line; anything else: re-raised
+        _report_failure(cfg, err)
+    finally:
+        _RUNNING.clear()
+
+
+_RUNNING: list = []  # the Config of the job this process runs (for the interrupt watchdog's line)
+
+
+def _report_failure(cfg, err: Exception) -> None:
+    """A UserError or a full disk (`faults.DiskFull`, or any error whose cause is one): its one line, exit 1.
+    Any other error is a bug and keeps its traceback."""
+    from evoharness_rl.errors import UserError
+    from evoharness_rl.faults import as_disk_full, release
+
+    full = as_disk_full(err, _writes_to(cfg))
+    if full is not None:
+        release(err)  # files the failed writer still held open free their space: the line says what is free
+        print(f"error: {full.describe()}, then {continue_hint(cfg)}", file=sys.stderr)
+        sys.exit(1)
+    if isinstance(err, UserError):
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
+    raise err
+
+
+def _report_interrupt(cfg) -> None:
+    """Ctrl-C or SIGTERM: where the run stopped and how to continue, in one line; exit 130 / 143."""
+    from evoharness_rl.faults import EXIT_CODES, claim_line, exit_now, received
+
+    signum = received() or 2
+    if claim_line():
+        print(stop_line(cfg, signum), file=sys.stderr)
+    exit_now(EXIT_CODES.get(signum, 130))
+
+
+def _line_on_timeout(signum: int) -> None:
+    """The watchdog's part when a run does not unwind in time: the line, and this job's temporary files removed."""
+    from evoharness_rl.faults import remove_temps
+
+    if not _RUNNING:
+        print(f"interrupted ({_signal_name(signum)}) before a run started; nothing was written", file=sys.stderr)
+        return
+    cfg = _RUNNING[0]
+    try:
+        remove_temps(_writes_to(cfg), holds_lock=_holds_lock(cfg))
+        if _holds_lock(cfg):
+            (Path(cfg.out_dir) / ".lock").unlink(missing_ok=True)
+    finally:
+        print(stop_line(cfg, signum), file=sys.stderr)
+
+
+def _holds_lock(cfg) -> bool:
+    from evoharness_rl.fileio import LOCK_FILE, _lock_holder
+
+    return cfg.command != "view" and _lock_holder(Path(cfg.out_dir) / LOCK_FILE) == os.getpid()
+
+
+def _signal_name(signum: int) -> str:
+    return "Ctrl-C" if signum == 2 else "SIGTERM" if signum == 15 else f"signal {signum}"
+
+
+def _writes_to(cfg) -> str:
+    """The directory a command writes its result to."""
+    return cfg.out if cfg.command == "init-model" and cfg.out else cfg.out_dir
+
+
+def continue_hint(cfg) -> str:
+    """How to continue `cfg`'s command after a fault, in words that fit after "then"."""
+    if cfg.command in ("sft", "grpo"):
+        return "rerun the same command with resume=true: it continues from its last complete checkpoint"
+    if cfg.command in ("eval", "collect"):
+        return "rerun the same command: it keeps the episodes already recorded and plays the rest"
+    if cfg.command == "consolidate":
+        return "rerun the same command with overwrite=true (what it had written is moved aside)"
+    return "rerun the same command"
+
+
+def stop_line(cfg, signum: int) -> str:
+    """`interrupted (Ctrl-C): grpo in OUT stopped after update 3 (checkpoint update_000003); rerun ...`."""
+    return (f"interrupted ({_signal_name(signum)}): {cfg.command} in {_writes_to(cfg)} stopped {stopped_at(cfg)}; "
+            f"{continue_hint(cfg)}")
+
+
+def stopped_at(cfg) -> str:
+    """Where an interrupted run's results end, read from its out_dir: its newest complete checkpoint (sft, grpo),
+    the episodes recorded (eval, collect); "before it finished" otherwise."""
+    out = Path(cfg.out_dir)
+    try:
+        if cfg.command == "grpo":
+            from evoharness_rl.grpo.checkpoint import latest_checkpoint, read_trainer_state
+
+            latest = latest_checkpoint(out)
+            if latest is not None:
+                return f"after update {read_trainer_state(latest).update} (its checkpoint {latest.name})"
+            return "before its first checkpoint"
+        if cfg.command == "sft":
+            from evoharness_rl.sft.checkpoints import newest_complete
+
+            latest = newest_complete(out / "checkpoints")
+            return f"at its checkpoint {latest.name}" if latest is not None else "before its first checkpoint"
+        if cfg.command in ("eval", "collect"):
+            done = len(list((out / "trajectories").glob("*.json")))
+            return f"with {done} episode{'' if done == 1 else 's'} recorded in {out / 'trajectories'}"
+    except (OSError, ValueError):  # a damaged record says nothing more about where it stopped
+        pass
+    return "before it finished"
 
 
 def redact_hydra_files(hydra_cfg, config: dict) -> None:
@@ -293,8 +415,10 @@ def run_command(cfg) -> None:
     main_process = os.environ.get("RANK", "0") == "0"  # under torchrun/accelerate the first process holds the lock
     if main_process:
         guard_result(cfg, _note)
+    if cfg.command == "sft" and cfg.resume and _finished_sft(cfg):
+        return
     with out_dir_lock(cfg.out_dir, _note) if main_process else nullcontext():
-        with _kept_on_refusal(Path(cfg.out_dir)):
+        with _kept_on_refusal(Path(cfg.out_dir)), _cleaned_on_failure(cfg, holds_lock=main_process):
             write_run_config(cfg)
             _COMMANDS[cfg.command](cfg)
 
@@ -394,6 +518,20 @@ def guard_result(cfg, note) -> None:
                   f"aside first), or choose another {key}")
 
 
+def _finished_sft(cfg) -> bool:
+    """`sft resume=true` on a finished run (its settings already checked the same): nothing to continue, so nothing
+    is written (config.yaml, metrics.jsonl and the checkpoints stay byte-identical); its result is printed."""
+    from evoharness_rl.sft.checkpoints import finished_result
+
+    result = finished_result(cfg)
+    if result is None:
+        return False
+    _note(f"the SFT run in {cfg.out_dir} has finished; resume=true has nothing to continue (pass overwrite=true "
+          "to train it again)")
+    print(f"SFT checkpoint: {result}")
+    return True
+
+
 def check_same_settings(cfg, target: Path) -> None:
     """A resumed run keeps the settings in its config.yaml: refuse one that differs in a key that decides what it
     computes (RESUME_FREE aside), unless `resume_changes` names that key."""
@@ -463,6 +601,23 @@ def _kept_on_refusal(out: Path):
                 path.unlink(missing_ok=True)
             elif path.is_file():
                 os.truncate(path, size)
+        raise
+
+
+@contextmanager
+def _cleaned_on_failure(cfg, holds_lock: bool):
+    """A job that fails or is interrupted removes its own temporary files (`faults.remove_temps`) and, for SFT,
+    the checkpoint it had begun and not finished; finished files stay as they are."""
+    from evoharness_rl.faults import remove_temps
+
+    try:
+        yield
+    except BaseException:
+        remove_temps(cfg.out_dir, holds_lock=holds_lock)
+        if cfg.command == "sft" and holds_lock:
+            from evoharness_rl.sft.checkpoints import remove_unfinished
+
+            remove_unfinished(Path(cfg.out_dir) / "checkpoints")
         raise
 
 

@@ -13,15 +13,21 @@ from evoharness_rl.errors import Refusal
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` via a temporary file in the same folder and `os.replace`."""
+    """Write `text` to `path` via a temporary file in the same folder and `os.replace`. A failed write (a full
+    disk: `faults.DiskFull`, naming the path and the bytes it needed) removes its temporary file and leaves
+    `path` as it was."""
+    from evoharness_rl.faults import writing
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    data = text.encode("utf-8")
+    with writing(path, tmp, need=len(data)):
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
 
 
 def atomic_write_json(path: str | os.PathLike, data: Any, indent: int | None = 2) -> None:
@@ -103,8 +109,12 @@ def pid_lock(path: str | os.PathLike, note: Callable[[str], None], busy: Callabl
             path.unlink(missing_ok=True)
             note(f"took over the stale lock {path} (its process {holder if holder is not None else '?'} is gone)")
             continue
-        with os.fdopen(fd, "w") as fh:
-            fh.write(f"{os.getpid()}\n")
+        from evoharness_rl.faults import writing
+
+        text = f"{os.getpid()}\n"
+        with writing(path, path, need=len(text)):  # a full disk: the empty lock file goes too
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
         break
     try:
         yield

@@ -124,7 +124,7 @@ class RunLogger:
         self.logger.propagate = False
         if not self.logger.handlers:
             fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%H:%M:%S")
-            file_handler = logging.FileHandler(self.out_dir / "run.log", encoding="utf-8")
+            file_handler = _QuietFileHandler(self.out_dir / "run.log", encoding="utf-8")
             file_handler.setFormatter(fmt)
             console = logging.StreamHandler(sys.stderr)
             console.setFormatter(fmt)
@@ -142,8 +142,7 @@ class RunLogger:
 
     def metrics(self, step: int, **values: Any) -> None:
         record = {"step": step, "time": round(time.time(), 3), **values}
-        with open(self.metrics_path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record, default=float) + "\n")
+        append_line(self.metrics_path, json.dumps(record, default=float))
         if self._wandb is not None:
             self._wandb.log({k: v for k, v in values.items() if isinstance(v, (int, float))}, step=step)
 
@@ -161,6 +160,29 @@ class RunLogger:
         for handler in list(self.logger.handlers):
             handler.close()
             self.logger.removeHandler(handler)
+
+
+class _QuietFileHandler(logging.FileHandler):
+    """run.log's handler: a line it cannot write (a full disk) is dropped, not printed as a logging traceback; the
+    console still shows it, and the write that fills the disk fails with its own one-line error."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to a JSONL log, whole or not at all: a failed write (a full disk) cuts the file back to
+    where it ended, so no half line is left for the next reader."""
+    size = path.stat().st_size if path.exists() else None
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    except BaseException:
+        if size is None:
+            path.unlink(missing_ok=True)
+        else:
+            os.truncate(path, size)
+        raise
 
 
 def _start_wandb(out_dir: Path, logger_cfg: Any, config: Optional[dict]):

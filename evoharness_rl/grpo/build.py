@@ -145,7 +145,16 @@ def _resume_point(cfg, out_dir: Path, log) -> Optional[Path]:
     latest = ckpt.latest_usable_checkpoint(out_dir, log.warning)
     if cfg.resume and latest is None:
         log.info(f"resume=true but {out_dir / ckpt.CHECKPOINTS} has no checkpoint; starting at update 0")
+    if latest is None and _is_main():  # rows of an attempt that stopped before its first checkpoint
+        for name in ckpt.RUN_LOGS:  # (a full disk, Ctrl-C) would be counted twice
+            (out_dir / name).unlink(missing_ok=True)
     return latest
+
+
+def _is_main() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _task_lists(env_factory, eval_split: Optional[str], eval_limit: int,

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from evoharness_rl.errors import Refusal
+from evoharness_rl.faults import writing
 from evoharness_rl.fileio import atomic_replace_dir, atomic_write_json, atomic_write_text
 
 CHECKPOINTS = "checkpoints"
@@ -129,20 +130,29 @@ def save_checkpoint(accelerator, out_dir: str | Path, state: TrainerState, model
     if accelerator.is_main_process and tmp.exists():
         shutil.rmtree(tmp)
     accelerator.wait_for_everyone()
-    accelerator.save_state(str(tmp))  # every process writes its part (optimizer shards, RNG states)
-    state_dict = accelerator.get_state_dict(model)  # gathered from shards when FSDP/DeepSpeed
+    with writing(final, tmp, need=lambda: checkpoint_need(model)):  # a full disk: one line, no .tmp folder left
+        accelerator.save_state(str(tmp))  # every process writes its part (optimizer shards, RNG states)
+        state_dict = accelerator.get_state_dict(model)  # gathered from shards when FSDP/DeepSpeed
+        if accelerator.is_main_process:
+            accelerator.unwrap_model(model).save_pretrained(tmp / "model", state_dict=state_dict)
+            tokenizer.save_pretrained(tmp / "model")
+            if bank is not None:
+                bank.save(tmp / "bank.json")
+            copy_run_logs(out_dir, tmp)
+            atomic_write_json(tmp / "trainer_state.json", asdict(state))  # written last: marks the folder complete
+            atomic_replace_dir(tmp, final)
     if accelerator.is_main_process:
-        accelerator.unwrap_model(model).save_pretrained(tmp / "model", state_dict=state_dict)
-        tokenizer.save_pretrained(tmp / "model")
-        if bank is not None:
-            bank.save(tmp / "bank.json")
-        copy_run_logs(out_dir, tmp)
-        atomic_write_json(tmp / "trainer_state.json", asdict(state))  # written last: marks the folder complete
-        atomic_replace_dir(tmp, final)
         for old in list_checkpoints(out_dir)[:-keep] if keep > 0 else []:
             shutil.rmtree(old, ignore_errors=True)
     accelerator.wait_for_everyone()
     return final
+
+
+def checkpoint_need(model, optimizer: bool = True) -> int:
+    """About the bytes a checkpoint of `model` takes: its weights, and (`optimizer`) AdamW's two fp32 moments of
+    every trainable parameter (what a full disk's error line says the checkpoint needed)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    return weights + (sum(2 * 4 * p.numel() for p in model.parameters() if p.requires_grad) if optimizer else 0)
 
 
 def copy_run_logs(out_dir: str | Path, folder: Path, names: tuple[str, ...] = None) -> None:

@@ -699,17 +699,20 @@ def finish(run: Run) -> Path:
     if acc.is_main_process:
         from evoharness_rl.fileio import atomic_replace_dir
 
+        from evoharness_rl.faults import writing
+
         tmp = run.out_dir / ".final.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        run.policy.save_pretrained(tmp, state_dict=state_dict)
-        if run.cfg.grpo.lora:
-            _merge_adapter(run.cfg, tmp, dtype=str(next(run.policy.parameters()).dtype).removeprefix("torch."))
-        run.tokenizer.save_pretrained(tmp)
-        if run.bank is not None:
-            run.bank.save(tmp / "bank.json")
-            ckpt.copy_run_logs(run.out_dir, tmp, ("history.jsonl",))
-        (tmp / "grpo_state.json").write_text(json.dumps({"updates": run.state.update, "seed": run.cfg.seed}) + "\n")
-        atomic_replace_dir(tmp, final)
+        with writing(final, tmp, need=lambda: ckpt.checkpoint_need(run.policy, False)):  # a full disk: one line, no .tmp
+            run.policy.save_pretrained(tmp, state_dict=state_dict)
+            if run.cfg.grpo.lora:
+                _merge_adapter(run.cfg, tmp, dtype=str(next(run.policy.parameters()).dtype).removeprefix("torch."))
+            run.tokenizer.save_pretrained(tmp)
+            if run.bank is not None:
+                run.bank.save(tmp / "bank.json")
+                ckpt.copy_run_logs(run.out_dir, tmp, ("history.jsonl",))
+            (tmp / "grpo_state.json").write_text(json.dumps({"updates": run.state.update, "seed": run.cfg.seed}) + "\n")
+            atomic_replace_dir(tmp, final)
         run.log.info(f"final policy: {final}")
     acc.wait_for_everyone()
     return final

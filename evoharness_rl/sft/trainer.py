@@ -200,14 +200,16 @@ def training_args(cfg: Any, device: str, has_validation: bool):
 
 
 def _resume_checkpoint(cfg: Any, log: Optional[RunLogger]) -> Optional[str]:
-    from transformers.trainer_utils import get_last_checkpoint
+    """The newest *complete* checkpoint (sft/checkpoints.py); the main process removes and names newer incomplete
+    ones (a run killed or out of disk while saving)."""
+    from evoharness_rl.sft.checkpoints import newest_complete
 
     folder = Path(cfg.out_dir) / "checkpoints"
     if not cfg.resume:
         return None
-    last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+    last = newest_complete(folder, log.warning if log is not None else None)
     _info(log, f"resuming from {last}" if last else f"resume=true but no checkpoint in {folder}; starting fresh")
-    return last
+    return str(last) if last else None
 
 
 # ------------------------------------------------------------------- metrics
