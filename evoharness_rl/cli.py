@@ -437,6 +437,12 @@ def preflight(cfg) -> None:
         from evoharness_rl.engines.openai import check_reachable
 
         check_reachable(cfg.policy.base_url)  # a dead server: one line, not an eval of errored episodes
+    exp = cfg.experience
+    if exp.consolidator == "openai" and exp.base_url and (cfg.command in ("consolidate", "grpo") or (
+            cfg.command in ("eval", "collect") and exp.evolve == "online")):
+        from evoharness_rl.engines.openai import check_reachable
+
+        check_reachable(exp.base_url, key="experience.base_url")  # a dead or hung consolidator: one line at once
     bank = cfg.experience.bank
     if bank and cfg.command in ("eval", "collect", "grpo", "consolidate") and not Path(bank).is_file():
         raise Refusal(f"experience.bank={bank!r} does not exist; give an existing bank file (`consolidate` or an "
@@ -608,17 +614,34 @@ def _kept_on_refusal(out: Path):
 def _cleaned_on_failure(cfg, holds_lock: bool):
     """A job that fails or is interrupted removes its own temporary files (`faults.remove_temps`) and, for SFT,
     the checkpoint it had begun and not finished; finished files stay as they are."""
-    from evoharness_rl.faults import remove_temps
+    from evoharness_rl.faults import DiskFull, as_disk_full, remove_temps, size_of
 
     try:
         yield
-    except BaseException:
+    except BaseException as err:
+        # Is it a full disk? Asked before the cleanup frees space: torch's write errors count only on a full disk.
+        full = as_disk_full(err, _writes_to(cfg)) if isinstance(err, Exception) else None
         remove_temps(cfg.out_dir, holds_lock=holds_lock)
         if cfg.command == "sft" and holds_lock:
-            from evoharness_rl.sft.checkpoints import remove_unfinished
+            from evoharness_rl.sft.checkpoints import newest_complete, remove_unfinished
 
-            remove_unfinished(Path(cfg.out_dir) / "checkpoints")
+            folder = Path(cfg.out_dir) / "checkpoints"
+            unfinished = [(path, size_of(path)) for path in _unfinished(folder)]
+            remove_unfinished(folder)
+            if full is not None and unfinished and not isinstance(err, DiskFull):  # the checkpoint it was writing
+                previous = newest_complete(folder)
+                raise DiskFull(unfinished[-1][0], size_of(previous) if previous else None, unfinished[-1][1]) from err
+        if full is not None and full is not err:
+            raise full from err
         raise
+
+
+def _unfinished(folder: Path) -> list[Path]:
+    """SFT checkpoints newer than the newest complete one, oldest first."""
+    from evoharness_rl.sft.checkpoints import checkpoints, newest_complete
+
+    latest = newest_complete(folder)
+    return [p for p in checkpoints(folder) if latest is None or int(p.name.split("-")[1]) > int(latest.name.split("-")[1])]
 
 
 def _note(message: str) -> None:

@@ -52,7 +52,12 @@ class DiskFull(UserError):
             needed = f"needs more than the {human(self.written)} it had written"
         else:
             needed = "found no space"
-        where = f"; {human(free)} is free there" if free is not None else ""
+        if free is None:
+            where = ""
+        elif free < (self.need or self.written or 1):
+            where = f"; {human(free)} is free there"
+        else:  # other writers (logs, other records) took their share, or the failed write's space came back
+            where = f"; the disk filled up while it wrote ({human(free)} free now)"
         return f"disk full: writing {self.path} {needed}{where}; free space (or choose a directory on a larger disk)"
 
 

@@ -1,11 +1,17 @@
 """`openai` backend: any OpenAI-compatible chat endpoint (teachers, consolidators, frontier baselines).
 
-Text in, text out (no token ids). Retries are the `openai` client's own: connection
-errors, timeouts, 408/409/429 and 5xx are retried `max_retries` times with exponential
-backoff (0.5 s doubling up to 8 s, with jitter; a server's `Retry-After` /
-`retry-after-ms` header takes precedence). A request that still fails becomes
-`Completion(error=<reason>, finish_reason="error")`: one bad request never raises and
-never takes the rest of the batch down. At most `concurrency` requests are in flight.
+Text in, text out (no token ids). Retries (`Endpoint`): connection errors, 408/409/429
+and 5xx are retried `max_retries` times with exponential backoff (0.5 s doubling up to
+8 s, with jitter; a server's `Retry-After` / `retry-after-ms` header takes precedence).
+A request that still fails becomes `Completion(error=<reason>, finish_reason="error")`
+(its HTTP status in the reason): one bad request never raises and never takes the rest
+of the batch down. At most `concurrency` requests are in flight.
+
+A server that gives no answer at all is different: a request that waited its whole
+`request_timeout_s` while the server answered nothing else is not retried (a hung
+server would only hang again) but ends the run with `ServerUnresponsive`, one line
+naming the URL and the timeout. Its total time is bounded by `request_timeout_s`, and
+after `WAIT_WARNING_S` without an answer a warning line says what it is waiting for.
 
 The API key is read from the environment variable named by `api_key_env` and is never
 logged; when the variable is unset, the placeholder "EMPTY" is sent (what local vLLM
@@ -16,14 +22,23 @@ from __future__ import annotations
 
 import logging
 import os
+import random
+import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence, TypeVar
 
 from evoharness_rl.engines.base import Completion, GenerationBackend, GenerationRequest, SamplingSettings
+from evoharness_rl.errors import UserError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 R = TypeVar("R")
+
+WAIT_WARNING_S = 30.0  # a request without an answer for this long prints one warning line (once per endpoint)
+RETRY_STATUSES = (408, 409, 429)  # and every 5xx
+BACKOFF_S, MAX_BACKOFF_S, MAX_RETRY_AFTER_S = 0.5, 8.0, 60.0
 
 
 def make_client(base_url: str, api_key_env: str = "OPENAI_API_KEY", max_retries: int = 4, timeout: float = 120.0):
@@ -37,6 +52,88 @@ def make_client(base_url: str, api_key_env: str = "OPENAI_API_KEY", max_retries:
         log.warning("environment variable %s is not set; sending the placeholder key 'EMPTY'", api_key_env)
         key = "EMPTY"
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=max_retries, timeout=timeout)
+
+
+class ServerUnresponsive(UserError):
+    """A server that answered nothing for a request's whole timeout: the run ends with this one line."""
+
+
+class Endpoint:
+    """Requests to one OpenAI-compatible server, with our retries and a bounded wait.
+
+    `call(send)` runs `send(timeout_s)` (one HTTP request of an `openai` client built with max_retries=0),
+    retrying connection errors and 408/409/429/5xx answers with backoff. A request that times out is not retried:
+    when nothing else came back from the server while it waited, `ServerUnresponsive` names the URL and the
+    timeout (`prefix` is the config group: policy / experience); when other requests were answered meanwhile,
+    the timeout is this request's own error."""
+
+    def __init__(self, url: Any, timeout_s: float, max_retries: int, prefix: str = "policy"):
+        self.url, self.timeout_s, self.max_retries, self.prefix = url, float(timeout_s), int(max_retries), prefix
+        self.last_answer = 0.0  # time.monotonic() of the server's last answer of any kind
+        self._warned = threading.Event()
+
+    def call(self, send: Callable[[float], T]) -> T:
+        import openai
+
+        started = time.monotonic()
+        warning = threading.Timer(WAIT_WARNING_S, self._warn_waiting)  # (a shorter timeout says it all itself)
+        warning.daemon = True
+        if self.timeout_s > WAIT_WARNING_S:
+            warning.start()
+        try:
+            for attempt in range(self.max_retries + 1):
+                try:
+                    result = send(self.timeout_s)
+                    self.last_answer = time.monotonic()
+                    return result
+                except openai.APITimeoutError:
+                    if self.last_answer > started:  # the server answers others: this request was slow
+                        raise
+                    raise self.unresponsive() from None
+                except openai.APIStatusError as exc:
+                    self.last_answer = time.monotonic()
+                    status = exc.status_code
+                    if attempt == self.max_retries or not (status in RETRY_STATUSES or status >= 500):
+                        raise
+                    delay = _retry_after(exc.response) or _backoff(attempt)
+                except openai.APIConnectionError:
+                    if attempt == self.max_retries:
+                        raise
+                    delay = _backoff(attempt)
+                time.sleep(delay)
+            raise AssertionError("unreachable")  # the last attempt returns or raises
+        finally:
+            warning.cancel()
+
+    def unresponsive(self) -> ServerUnresponsive:
+        return ServerUnresponsive(
+            f"{self.prefix}.base_url={public_url(self.url)} gave no answer within {self.prefix}.request_timeout_s="
+            f"{self.timeout_s:g} s (it accepts connections but does not reply); check that server, or raise "
+            f"{self.prefix}.request_timeout_s if its answers take longer")
+
+    def _warn_waiting(self) -> None:
+        if not self._warned.is_set():
+            self._warned.set()
+            print(f"warning: no answer from {public_url(self.url)} for {WAIT_WARNING_S:g} s; waiting up to "
+                  f"{self.prefix}.request_timeout_s={self.timeout_s:g} s", file=sys.stderr, flush=True)
+
+
+def _backoff(attempt: int) -> float:
+    """0.5 s doubling up to 8 s, less up to 25% jitter (what the `openai` client does)."""
+    return min(BACKOFF_S * 2 ** attempt, MAX_BACKOFF_S) * (1 - 0.25 * random.random())
+
+
+def _retry_after(response: Any) -> Optional[float]:
+    """The wait a server asks for (`retry-after-ms`, else `retry-after` in seconds), when it is a sane one."""
+    headers = getattr(response, "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        try:
+            wait = float(headers.get(name)) / scale
+        except (TypeError, ValueError):
+            continue
+        if 0 < wait <= MAX_RETRY_AFTER_S:
+            return wait
+    return None
 
 
 def map_concurrently(fn: Callable[[T], R], items: Sequence[T], concurrency: int) -> list[R]:
@@ -89,6 +186,9 @@ def check_reachable(base_url: str, key: str = "policy.base_url", timeout: float 
         reason = redact_text(" ".join(str(exc).split()), secrets_in(str(base_url))) or type(exc).__name__
         raise Refusal(f"{key}={public_url(base_url)}: no server answers there ({reason}); start the server, or point "
                       f"{key} at a running one") from None
+    except httpx.ReadTimeout:  # it accepted the connection and said nothing: a hung server
+        raise Refusal(f"{key}={public_url(base_url)}: the server accepts connections but gave no answer to "
+                      f"GET /models within {timeout:g} s; check (or restart) that server") from None
     except httpx.HTTPError:
         pass  # it answered, if badly: the run reports what it says
 
@@ -112,21 +212,25 @@ class OpenAIBackend(GenerationBackend):
             raise ValueError("the openai backend needs a model name (policy.model_name, or model.path)")
         self.model = model
         self.concurrency = concurrency
-        self.client = make_client(base_url, api_key_env, max_retries, timeout)
+        self.client = make_client(base_url, api_key_env, 0, timeout)  # retries: self.endpoint's
+        self.endpoint = Endpoint(base_url, timeout, max_retries, "policy")
 
     def generate(self, requests: list[GenerationRequest], sampling: SamplingSettings) -> list[Completion]:
         return map_concurrently(lambda r: self._one(r.messages, sampling), requests, self.concurrency)
 
     def _one(self, messages: list[dict[str, str]], sampling: SamplingSettings) -> Completion:
         try:
-            response = self.client.chat.completions.create(
+            response = self.endpoint.call(lambda timeout: self.client.chat.completions.create(
                 model=self.model,
                 messages=messages,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
                 max_completion_tokens=sampling.max_new_tokens,
                 seed=sampling.seed,
-            )
+                timeout=timeout,
+            ))
+        except ServerUnresponsive:
+            raise  # a hung server ends the run (one line), it does not error every episode one by one
         except Exception as exc:  # noqa: BLE001 - any failure after retries is this request's error
             return error_completion(exc, self.client.base_url, self.client.api_key)
         if not response.choices:

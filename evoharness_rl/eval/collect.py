@@ -45,8 +45,10 @@ def collect(cfg: Any, engine: Optional[RolloutEngine] = None) -> dict[str, Any]:
     if not won:
         from evoharness_rl.errors import UserError
 
+        first = next((t.error.splitlines()[0] for t in trajectories if t.error), "")
         raise UserError(
-            f"collect: {len(trajectories)} episodes collected, 0 succeeded ({errors} errored); nothing to train on. "
+            f"collect: {len(trajectories)} episodes collected, 0 succeeded ({errors} errored"
+            + (f"; first: {first[:300]}" if first else "") + "); nothing to train on. "
             f"See {out / SUMMARY_FILE} and {out / 'trajectories'}: check the teacher (policy.backend="
             f"{cfg.policy.backend}), the step budget (env.max_steps_eval={cfg.env.max_steps_eval}) and the data."
         )

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Protocol
 
 from evoharness_rl.experience.bank import ExperienceBank
 from evoharness_rl.experience.operations import OPS, OpLimits, Operation
+from evoharness_rl.engines.openai import ServerUnresponsive
 from evoharness_rl.rollout.trajectory import Trajectory
 
 LOG = logging.getLogger(__name__)
@@ -239,7 +240,8 @@ def consolidate(
     report = ConsolidationReport(
         update_index=u, source=consolidator.name, episodes=len(evidence.episodes), errored_episodes=evidence.errored,
         families=list(evidence.families), ops=result.counts, pruned=result.pruned, failures=proposal.failures,
-        rejected=proposal.rejected + result.rejected, warnings=proposal.warnings, llm_calls=proposal.calls, recalls=recalls,
+        rejected=proposal.rejected + result.rejected, warnings=proposal.warnings + _dropped_warning(result, bank),
+        llm_calls=proposal.calls, recalls=recalls,
         composition=bank.composition(), bank_hash="", wall_s=0.0, chosen=chosen, redirected=result.redirected,
         episodes_seen=seen, prompt_chars=proposal.prompt_chars, prompt_tokens=proposal.prompt_tokens,
         completion_tokens=proposal.completion_tokens, bank_before=before,
@@ -257,10 +259,20 @@ def _propose(consolidator: Consolidator, bank: ExperienceBank, evidence: Evidenc
         return Proposal()
     try:
         return consolidator.propose(bank, evidence)
+    except ServerUnresponsive:  # a consolidator server that answers nothing: the run ends with its one line
+        raise
     except Exception as err:  # a consolidator bug or a dead backend must not take training down
         LOG.exception("consolidator %s failed", consolidator.name)
         return Proposal(failures=[f"{consolidator.name} consolidator raised {type(err).__name__}: {err}"[:500]],
                         episodes_seen=0)
+
+
+def _dropped_warning(result: Any, bank: ExperienceBank) -> list[str]:
+    if not result.dropped:
+        return []
+    kept = bank.ARCHIVE_PER_CATEGORY * bank.capacity
+    return [f"{result.dropped} archived entries removed from the bank: a category keeps at most {kept} archived "
+            "entries (the least recently changed go; `bank diff` against an older bank file shows them)"]
 
 
 def _log(report: ConsolidationReport, log: Any) -> None:
@@ -270,12 +282,17 @@ def _log(report: ConsolidationReport, log: Any) -> None:
             f"read) {report.status}: {ops} applied (redirected by the bank: {redirected}), "
             f"pruned {report.pruned}, failures {len(report.failures)}, rejected ops {len(report.rejected)}")
     problems = report.failures + report.rejected
+    dropped = [w for w in report.warnings if "archived entries removed" in w]
     if log is not None:
+        for warning in dropped:
+            (getattr(log, "warning", None) or log.info)(f"consolidation: {warning}")
         log.info(line)
         for problem in problems[:20]:
             (getattr(log, "warning", None) or log.info)(f"consolidation problem: {problem}")
     else:
         LOG.info(line)
+        for warning in dropped:
+            LOG.warning("consolidation: %s", warning)
         for problem in problems[:20]:
             LOG.warning("consolidation problem: %s", problem)
 

@@ -21,6 +21,7 @@ from evoharness_rl.experience import prompts
 from evoharness_rl.experience.bank import ExperienceBank
 from evoharness_rl.experience.consolidation import Evidence, Proposal, json_cut_off, one_line, parse_last_json
 from evoharness_rl.experience.operations import OPS, TASK_PREFIX, Operation, task_category
+from evoharness_rl.engines.openai import ServerUnresponsive
 
 GenerateText = Callable[[list[dict[str, str]]], str]  # may return a `Reply` (a str that also says what it cost)
 MAX_CANDIDATES = 12  # candidates kept per kind and stage (a compact set; more is noise)
@@ -327,6 +328,8 @@ def call_json(generate_text: GenerateText, stage: str, user: str, p: Proposal) -
     p.prompt_chars += len(user)
     try:
         text = generate_text(prompts.messages(user))
+    except ServerUnresponsive:  # a server that answers nothing at all: the run ends with its one line
+        raise
     except Exception as err:  # the endpoint is down or refused: this stage contributes nothing
         p.failures.append(f"{stage}: the consolidator call failed: {type(err).__name__}: {one_line(str(err), 200)}")
         return None
@@ -379,12 +382,17 @@ def openai_generate_text(
     key = os.environ.get(api_key_env)
     if not key and base_url is None:
         raise ValueError(f"the openai consolidator needs ${api_key_env} set, or experience.base_url for a local server")
-    client = OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=max_retries, timeout=timeout_s)
+    from evoharness_rl.engines.openai import Endpoint
+
+    client = OpenAI(base_url=base_url, api_key=key or "EMPTY", max_retries=0, timeout=timeout_s)
+    endpoint = Endpoint(client.base_url, timeout_s, max_retries, "experience")  # retries; a hung server: one line
 
     def generate_text(messages: list[dict[str, str]]) -> str:
         try:
-            response = client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
-                                                      temperature=temperature)
+            response = endpoint.call(lambda timeout: client.chat.completions.create(
+                model=model, messages=messages, max_tokens=max_tokens, temperature=temperature, timeout=timeout))
+        except ServerUnresponsive:
+            raise
         except Exception as exc:  # noqa: BLE001 - a server may quote the key or the URL's secrets: say it redacted
             from evoharness_rl.engines.openai import EndpointError, error_completion
 
