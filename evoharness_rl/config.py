@@ -55,6 +55,7 @@ class AlfworldConfig:
     valid_unseen_games: int = 134  # generated valid_unseen games (paper: 134)
     generator_seed: int = 0  # seed of the game generator (same seed -> same games)
     expert: str = "planner"  # engine expert that must solve each generated game: planner (fast-downward) | handcoded (slower; pick_two games still use the planner)
+    fast_path: bool = True  # run TextWorld without its repeated parsing and copying (envs/alfworld/fast_path.py; same text byte for byte, ~4x faster steps); false: the engine's own code. Off by itself, with one warning, when textworld / tatsu are not the pinned versions
 
 
 @dataclass
@@ -483,11 +484,25 @@ def validate(cfg: Config) -> Config:
     for budget in cfg.grpo.horizon_curriculum:
         _positive("grpo.horizon_curriculum[]", budget)
     _check_diagnostics(cfg.env.diagnostics)
+    _check_task_counts(cfg)
     if cfg.env.webshop.test_goals > cfg.env.webshop.num_goals:
         raise ConfigError(
             f"env.webshop.test_goals={cfg.env.webshop.test_goals} exceeds env.webshop.num_goals={cfg.env.webshop.num_goals}"
         )
     return cfg
+
+
+MAX_TASKS = 100_000  # generated tasks per split (and episodes per task): far above any use, below a silent hang
+
+
+def _check_task_counts(cfg: Config) -> None:
+    """Counts that size a generated split or an eval's job list are bounded: every task id is listed and every
+    job planned before the first episode, so 10**9 of them would run silently for minutes (or out of memory)."""
+    for name in ("env.choice.tasks", "env.diagnostics.train_tasks", "env.diagnostics.valid_tasks", "episodes_per_task"):
+        value = _get(cfg, name)
+        if value is not None and value > MAX_TASKS:
+            raise ConfigError(f"{name}={value} is more than {MAX_TASKS:,} (every task id of a split is listed before "
+                              f"the first episode runs); give at most {MAX_TASKS}")
 
 
 def _check_diagnostics(d: DiagnosticsConfig) -> None:

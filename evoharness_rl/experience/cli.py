@@ -48,6 +48,7 @@ def consolidate_command(cfg: Any) -> Path:
     try:
         for batch in progress(batches, description="consolidate"):
             report = consolidate(bank, batch, consolidator, limits=limits, log=log)
+            _stop_if_unreachable(report, exp)
             log.metrics(report.update_index, **report.metrics())
             reports.append(report.to_dict())
             save_cycle(bank, report, out / "bank.json")
@@ -58,6 +59,23 @@ def consolidate_command(cfg: Any) -> Path:
     failures = sum(len(r["failures"]) + len(r["rejected"]) for r in reports)
     print(f"bank: {out / 'bank.json'} ({bank.composition()}); failures: {failures}; report: {out / 'bank_report.md'}")
     return out / "bank.json"
+
+
+CALL_FAILED = "the consolidator call failed"  # (experience/llm.py's words for a call that got no usable answer)
+
+
+def _stop_if_unreachable(report: Any, exp: Any) -> None:
+    """A batch in which every consolidator call failed (after its retries: an HTTP error, a refused connection)
+    ends the run with the first failure, its HTTP status in it, rather than a bank of failed cycles."""
+    from evoharness_rl.errors import UserError
+
+    if report.status == "failed" and report.failures and all(CALL_FAILED in f for f in report.failures):
+        first = report.failures[0].split(f"{CALL_FAILED}: ", 1)[-1]
+        from evoharness_rl.engines.openai import public_url
+
+        where = f"the server at experience.base_url={public_url(exp.base_url)}" if exp.base_url else "the consolidator"
+        raise UserError(f"every consolidator call of cycle {report.update_index} failed (first: {first[:300]}); check "
+                        f"{where}, then rerun with overwrite=true")
 
 
 def _inputs(cfg: Any) -> tuple[list[Trajectory], ExperienceBank, Any]:
@@ -288,10 +306,14 @@ def bank_log(source: str | os.PathLike) -> str:
         if check.get("played"):
             head += (f"; edit check: success {check['old_success']:.3f} -> {check['new_success']:.3f} on "
                      f"{check['tasks']} held-out tasks, {'rolled back' if check['rolled_back'] else 'kept'}")
+        failures = c.get("failures") or []
+        if not isinstance(failures, list):  # the bank's compact summary counts them (history.jsonl lists them)
+            head += f"; {failures} failures" if failures else ""
+            failures = []
         lines.append(head)
-        for op in c.get("operations", []):
+        for op in c.get("operations") if isinstance(c.get("operations"), list) else []:
             lines.append("  " + _operation_line(op))
-        for failure in c.get("failures", []):
+        for failure in failures:
             lines.append(f"  failed: {failure}")
     return "\n".join(lines)
 

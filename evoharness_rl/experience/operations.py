@@ -164,6 +164,7 @@ class ApplyResult:
     counts: dict[str, int] = field(default_factory=lambda: {name: 0 for name in OPS})  # applied ops by type
     redirected: dict[str, int] = field(default_factory=lambda: {name: 0 for name in REDIRECTIONS})  # the bank's own changes
     pruned: int = 0  # entries archived by the capacity limit
+    dropped: int = 0  # archived entries removed from the bank by its archive limit (ExperienceBank.ARCHIVE_PER_CATEGORY)
     rejected: list[str] = field(default_factory=list)  # one line per operation refused, with the reason
     touched: list[str] = field(default_factory=list)  # ids added / updated / archived, in order
     outcomes: list[dict[str, Any]] = field(default_factory=list)  # one per operation given: chosen, applied as, entry

@@ -43,7 +43,7 @@ MAX_ACTION_CHARS = 1_000  # an env action longer than this is invalid (no enviro
 MAX_ARGUMENT_CHARS = 400  # harness arguments are cut to this length, never rejected (notes and subgoals stay short)
 
 _ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"), None)
-_ACTION_BLOCK = re.compile(r"<\s*action\s*>(.*?)<\s*/\s*action\s*>", re.IGNORECASE | re.DOTALL)
+_ACTION_TAG = re.compile(r"<\s*(/?)\s*action\s*>", re.IGNORECASE)  # an opening or closing tag (see _action_blocks)
 _ACTION_OPEN = re.compile(r"<\s*action\s*>([^\n<]*)", re.IGNORECASE)
 _THINK_BLOCK = re.compile(r"<\s*think\s*>(.*?)(?:<\s*/\s*think\s*>|$)", re.IGNORECASE | re.DOTALL)
 _FENCED = re.compile(r"```[ \t]*(?:[a-zA-Z_-]*[ \t]*\n)?(.*?)```", re.DOTALL)
@@ -95,15 +95,30 @@ def invalid(reason: str, think: str = "") -> ParsedAction:
     return ParsedAction(ActionKind.INVALID, reason=reason, think=think)
 
 
+def _action_blocks(text: str) -> list[str]:
+    """The text of every `<action>...</action>` block: each opening tag pairs with the next closing tag (opening
+    tags in between belong to the block's text), as a lazy `<action>(.*?)</action>` would read them, but in one
+    pass over the tags: that regex rescans the rest of the text from every unclosed `<action>` (32k characters of
+    repeated `<action>` took a second)."""
+    blocks, start = [], None
+    for tag in _ACTION_TAG.finditer(text):
+        if not tag.group(1):
+            start = tag.end() if start is None else start
+        elif start is not None:
+            blocks.append(text[start:tag.start()])
+            start = None
+    return blocks
+
+
 def _extract_tags(text: str) -> tuple[str | None, str | None]:
     """-> (action text or None, error reason or None)."""
-    blocks = [_normalise_action(b) for b in _ACTION_BLOCK.findall(text)]
-    blocks = [b for b in blocks if b]
+    found = _action_blocks(text)
+    blocks = [b for b in (_normalise_action(b) for b in found) if b]
     if not blocks:
         opened = _ACTION_OPEN.findall(text)
         if opened and _normalise_action(opened[-1]):
             return _normalise_action(opened[-1]), None
-        if opened or _ACTION_BLOCK.search(text):
+        if opened or found:
             return None, "the <action></action> block is empty"
         return None, "no <action>...</action> block found; answer as <think>...</think><action>your action</action>"
     if len(set(blocks)) > 1:
