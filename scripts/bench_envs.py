@@ -2,6 +2,7 @@
 
     python scripts/bench_envs.py                       # ALFWorld small + large, WebShop, WebArena
     python scripts/bench_envs.py --envs alfworld --sizes small --episodes 8 --steps 20
+    python scripts/bench_envs.py --envs alfworld_fast_path --json F   # the fast path against the engine's own code
 
 ALFWorld (generated games, prepared on first use under --data-dir): env steps/s with 1
 and 2 workers on small and large games, each worker hosting several live episodes and
@@ -9,6 +10,14 @@ every round stepping all of them (random admissible actions, seeded); reset late
 one game at a time; every game loaded at once through 2 workers, with the workers' GC
 thresholds (`pool.prepare_worker_process`) next to Python's defaults. Target: 2 workers
 >= 1.6x one worker on small games.
+ALFWorld fast path (`alfworld_fast_path`, envs/alfworld/fast_path.py): one process walks the same seeded
+episodes over the generated small games (random admissible commands, one in ten inadmissible, a reset
+on the next game when one ends or after 25 steps) with `env.alfworld.fast_path` off and on, alternating
+engine / fast twice; each side's step and reset times are summed over both of its rounds. The fast side
+starts each round with empty caches, so a reset's time includes loading a game whose PDDL translation
+and grammar are not cached yet (`reset_new_game_s_*` counts only those first loads). The transcripts
+(observation, sorted admissible commands, won, score) must be identical. Target on an idle machine:
+steps >= 4x and resets >= 2x faster.
 WebShop (the simulator): the same steps/s, plus search latency p50/p99 over the goals'
 instructions (`WebShopTextSim.search`).
 
@@ -175,6 +184,68 @@ def bench_alfworld(args, size: str) -> dict:
     return out
 
 
+def fast_path_walk(root: Path, fast: bool, steps: int, seed: int) -> dict:
+    """One seeded walk over the games of `root`; -> step / reset seconds and the transcript."""
+    from evoharness_rl.envs.alfworld import fast_path
+    from evoharness_rl.envs.alfworld.adapter import AlfworldEnv
+
+    fast_path.clear_caches()
+    env = AlfworldEnv(root, fast_path=fast)
+    games = env.task_ids("valid_seen")
+    rng = random.Random(seed)
+    rows, step_s, reset_s, new_game_s, seen, done, i = [], 0.0, [], [], set(), 0, 0
+    while done < steps:
+        task = games[i % len(games)]
+        start = time.perf_counter()
+        _, result = env.reset(task, seed)
+        (reset_s if task in seen else new_game_s).append(time.perf_counter() - start)
+        seen.add(task)
+        rows.append((task, result.observation, sorted(result.admissible_actions)))
+        for _ in range(min(25, steps - done)):
+            action = rng.choice(result.admissible_actions) if rng.random() < 0.9 else "go to the moon"
+            start = time.perf_counter()
+            result = env.step(action)
+            step_s += time.perf_counter() - start
+            done += 1
+            rows.append((action, result.observation, sorted(result.admissible_actions), result.won, result.score))
+            if result.done:
+                break
+        i += 1
+    env.close()
+    return {"steps": done, "step_s": step_s, "resets": reset_s + new_game_s, "new_game_resets": new_game_s,
+            "rows": rows}
+
+
+def bench_alfworld_fast_path(args) -> dict:
+    from evoharness_rl.envs.alfworld.prepare import prepare
+
+    env_cfg = EnvConfig(name="alfworld", data_dir=str(Path(args.data_dir) / "alfworld_small"))
+    env_cfg.alfworld = replace(env_cfg.alfworld, size="small", train_games=1, valid_seen_games=args.games,
+                               valid_unseen_games=1, generator_seed=args.seed)
+    root = prepare(env_cfg)
+    steps = 10 * args.steps * args.episodes // 8  # 200 steps a side by default
+    fast_path_walk(root, True, 10, args.seed)  # warm-up: imports
+    runs = {False: [], True: []}
+    for _ in range(2):
+        for fast in (False, True):
+            runs[fast].append(fast_path_walk(root, fast, steps, args.seed))
+    side = {fast: {"steps": sum(r["steps"] for r in rs), "step_s": sum(r["step_s"] for r in rs),
+                   "resets": [t for r in rs for t in r["resets"]],
+                   "new_game": [t for r in rs for t in r["new_game_resets"]]} for fast, rs in runs.items()}
+    engine, fast = side[False], side[True]
+    step_ms = {k: 1000 * v["step_s"] / v["steps"] for k, v in (("engine", engine), ("fast", fast))}
+    reset_s = {k: statistics.mean(v["resets"]) for k, v in (("engine", engine), ("fast", fast))}
+    new_game_s = {k: statistics.mean(v["new_game"]) for k, v in (("engine", engine), ("fast", fast))}
+    identical = all(r["rows"] == runs[False][0]["rows"] for r in runs[False] + runs[True])
+    return {"env": "alfworld_fast_path", "games": args.games, "steps": engine["steps"],
+            "step_ms_engine": step_ms["engine"], "step_ms_fast": step_ms["fast"],
+            "fast_vs_engine_steps": step_ms["engine"] / step_ms["fast"],
+            "reset_s_engine": reset_s["engine"], "reset_s_fast": reset_s["fast"],
+            "fast_vs_engine_reset": reset_s["engine"] / reset_s["fast"],
+            "reset_new_game_s_engine": new_game_s["engine"], "reset_new_game_s_fast": new_game_s["fast"],
+            "transcripts_identical": identical}
+
+
 def bench_webshop(args) -> dict:
     env_cfg = EnvConfig(name="webshop", data_dir=str(Path(args.data_dir) / "webshop"), max_steps_eval=20)
     tasks = _tasks(env_cfg, "test")
@@ -237,6 +308,13 @@ def bench_webarena(args) -> dict:
 
 
 def _print(result: dict) -> None:
+    if result["env"] == "alfworld_fast_path":
+        print(f"alfworld fast path  {result['steps']} steps a side over {result['games']} games: step "
+              f"{result['step_ms_engine']:.2f} -> {result['step_ms_fast']:.2f} ms ({result['fast_vs_engine_steps']:.1f}x), "
+              f"reset {result['reset_s_engine']:.3f} -> {result['reset_s_fast']:.3f} s "
+              f"({result['fast_vs_engine_reset']:.1f}x; a game's first load {result['reset_new_game_s_engine']:.3f} -> "
+              f"{result['reset_new_game_s_fast']:.3f} s), transcripts identical: {result['transcripts_identical']}")
+        return
     name = result["env"] + (f" ({result['size']})" if "size" in result else "")
     for rate in result["pool"]:
         print(f"{name:<18} workers={rate['workers']}  {rate['steps_per_s']:8.1f} env steps/s  "
@@ -253,14 +331,16 @@ def _print(result: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--envs", default="alfworld,webshop,webarena", help="comma-separated: alfworld, webshop, webarena")
+    parser.add_argument("--envs", default="alfworld,alfworld_fast_path,webshop,webarena",
+                        help="comma-separated: alfworld, alfworld_fast_path, webshop, webarena")
     parser.add_argument("--sizes", default="small,large", help="ALFWorld game sizes to measure")
     parser.add_argument("--games", type=int, default=8, help="generated valid_seen games per size (large: half)")
     parser.add_argument("--episodes", type=int, default=8, help="live episodes over the pool")
     parser.add_argument("--steps", type=int, default=20, help="rounds of steps (large games: half)")
     parser.add_argument("--data-dir", default="data/bench", help="where generated benchmark data is cached")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--json", help="also write the results to this JSON file ({name: result}, e.g. "
+                        "alfworld_small, alfworld_fast_path, webshop)")
     args = parser.parse_args()
     results = []
     envs = args.envs.split(",")
@@ -268,13 +348,17 @@ def main() -> None:
         for size in args.sizes.split(","):
             results.append(bench_alfworld(args, size))
             _print(results[-1])
+    if "alfworld_fast_path" in envs:
+        results.append(bench_alfworld_fast_path(args))
+        _print(results[-1])
     if "webshop" in envs:
         results.append(bench_webshop(args))
         _print(results[-1])
     if "webarena" in envs:
         results.append(bench_webarena(args))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        by_name = {r["env"] + (f"_{r['size']}" if "size" in r else ""): r for r in results}
+        Path(args.json).write_text(json.dumps(by_name, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from evoharness_rl.envs.alfworld import fast_path as fast_path_module
 from evoharness_rl.envs.alfworld import gamefile
 from evoharness_rl.envs.alfworld.belief import AlfworldBelief
 from evoharness_rl.envs.alfworld.prompts import alfworld_spec
@@ -103,10 +104,16 @@ def _objective(intro: str, game_file: Path) -> str:
 
 
 class AlfworldEnv(Environment):
-    """The ALFWorld adapter (one game loaded at a time; reloading the same game is skipped)."""
+    """The ALFWorld adapter (one game loaded at a time; reloading the same game is skipped).
 
-    def __init__(self, data_root: str | os.PathLike):
+    `fast_path` (env.alfworld.fast_path): run the engine through envs/alfworld/fast_path.py (the same text, about
+    4x faster steps); false runs TextWorld's own code.
+    """
+
+    def __init__(self, data_root: str | os.PathLike, fast_path: bool = True):
         self.root = Path(data_root).expanduser()
+        self.fast_path = fast_path
+        self._planner = fast_path_module.Planner()  # the planner library every game of this env is loaded into
         check_layout(self.root)
         self.spec = alfworld_spec()
         self._task_ids: dict[str, list[str]] = {}
@@ -118,7 +125,7 @@ class AlfworldEnv(Environment):
 
     @classmethod
     def from_config(cls, env_cfg: Any) -> "AlfworldEnv":
-        return cls(resolve_data_root(env_cfg))
+        return cls(resolve_data_root(env_cfg), fast_path=env_cfg.alfworld.fast_path)
 
     # -- tasks --------------------------------------------------------------------------
 
@@ -145,7 +152,7 @@ class AlfworldEnv(Environment):
             gamefile.read_game(game_dir)  # clear errors for malformed files before the engine sees them
             self._load(game_dir / gamefile.GAME_FILE)
             self._loaded = task_id
-        with gamefile.keep_argv():
+        with gamefile.keep_argv(), fast_path_module.active(self.fast_path):
             state = self._engine.reset()
         self._task = Task(
             task_id=task_id,
@@ -163,7 +170,8 @@ class AlfworldEnv(Environment):
             raise RuntimeError("step() before reset(): call reset(task_id) first")
         command = action if isinstance(action, str) else str(action)
         admissible = command.strip() in self._last.admissible_actions
-        state, _, _ = self._engine.step(command)
+        with fast_path_module.active(self.fast_path):
+            state, _, _ = self._engine.step(command)
         self._last = self._result(state, invalid=not admissible)
         return self._last
 
@@ -185,7 +193,7 @@ class AlfworldEnv(Environment):
         self.close()
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
         try:
-            with gamefile.keep_argv():
+            with gamefile.keep_argv(), fast_path_module.active(self.fast_path, self._planner):
                 self._engine = textworld.start(str(game_file), infos, wrappers=[AlfredDemangler(), AlfredInfos])
         except Exception as err:  # parser/translator errors of many kinds: report them against the file
             raise gamefile.GameFileError(
