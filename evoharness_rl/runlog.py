@@ -218,45 +218,106 @@ def set_progress(enabled: bool) -> None:
 
 
 def progress(iterable: Iterable[T], total: Optional[int] = None, description: str = "") -> Iterator[T]:
-    """A rich progress bar with ETA over `iterable` (plain iteration when disabled or not a TTY)."""
+    """`ProgressBar` over `iterable`, advanced once per item."""
     if total is None and hasattr(iterable, "__len__"):
         total = len(iterable)  # type: ignore[arg-type]
-    if not _PROGRESS_ENABLED:
-        yield from iterable
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=False, disable=not sys.stderr.isatty()) as bar:
-        task = bar.add_task(description, total=total)
+    with ProgressBar(total, description) as bar:
         for item in iterable:
             yield item
-            bar.advance(task)
+            bar.advance()
+
+
+PROGRESS_FILE_ENV = "EVOHARNESS_PROGRESS_FILE"  # a file that always holds one line: every live bar's state
+LOG_EVERY_S = 30.0  # without a terminal, a plain progress line on stderr this often (a job's log keeps it)
+_FILE_EVERY_S = 1.0
+_live: list["ProgressBar"] = []  # open bars, outermost first (GRPO's updates, then one update's episodes)
+_last_file_write = 0.0
+_last_log_line = 0.0
 
 
 class ProgressBar:
-    """A manually advanced progress bar (for loops that are not a simple iteration)."""
+    """A progress bar: step / total, time left and what the caller adds (`info`, e.g. tokens/s).
 
-    def __init__(self, total: Optional[int], description: str = ""):
+    Where it shows: a rich bar on a terminal (logger.progress=true); a plain line on stderr every 30 s
+    otherwise (logger.progress=true), so a background job's log keeps its progress; and, whenever
+    $EVOHARNESS_PROGRESS_FILE is set, that file holds one line with every open bar, rewritten at most
+    once a second (scripts/jobs.sh shows it for each running stage).
+    `completed`: steps already done when the bar opens (a resumed run); time left counts from this run's own pace.
+    """
+
+    def __init__(self, total: Optional[int], description: str = "", completed: int = 0):
+        self.total, self.description, self.done, self.info = total, description, completed, ""
+        self._start, self._start_done = time.monotonic(), completed
         self._bar = None
         if _PROGRESS_ENABLED and sys.stderr.isatty():
-            from rich.progress import Progress
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-            self._bar = Progress()
+            columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       TimeRemainingColumn(), TextColumn("{task.fields[info]}"))
+            self._bar = Progress(*columns)
             self._bar.start()
-            self._task = self._bar.add_task(description, total=total)
+            self._task = self._bar.add_task(description, total=total, completed=completed, info="")
+        _live.append(self)
+        _report(force=True)
 
-    def advance(self, n: int = 1) -> None:
+    def advance(self, n: int = 1, info: Optional[str] = None) -> None:
+        """`n` more steps done; `info` replaces the bar's extra text."""
+        self.done += n
+        if info is not None:
+            self.info = info
         if self._bar is not None:
-            self._bar.advance(self._task, n)
+            self._bar.update(self._task, advance=n, info=self.info)
+        _report()
+
+    def line(self) -> str:
+        """'sft 120/560 (21%) · 6.1k tok/s · 4m12s left'."""
+        text = f"{self.description} {self.done}" + (f"/{self.total}" if self.total else "")
+        if self.total:
+            text += f" ({100 * self.done / self.total:.0f}%)"
+        if self.info:
+            text += f" · {self.info}"
+        pace, left = self.done - self._start_done, (self.total or 0) - self.done
+        if pace > 0 and left > 0:
+            text += f" · {_duration(left * (time.monotonic() - self._start) / pace)} left"
+        return text
 
     def close(self) -> None:
         if self._bar is not None:
             self._bar.stop()
             self._bar = None
+        if self in _live:
+            _live.remove(self)
+            _report(force=True)
 
     def __enter__(self) -> "ProgressBar":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def _report(force: bool = False) -> None:
+    """Rewrite the progress file (at most once a second) and, without a terminal, log a line every LOG_EVERY_S."""
+    global _last_file_write, _last_log_line
+    now = time.monotonic()
+    line = " | ".join(bar.line() for bar in _live)
+    target = os.environ.get(PROGRESS_FILE_ENV)
+    if target and (force or now - _last_file_write >= _FILE_EVERY_S):
+        _last_file_write = now
+        try:
+            tmp = f"{target}.tmp"
+            Path(tmp).write_text(line + "\n", encoding="utf-8")
+            os.replace(tmp, target)
+        except OSError:
+            pass  # progress is best effort: a full disk or a removed folder must not stop the run
+    if _PROGRESS_ENABLED and line and not sys.stderr.isatty() and now - _last_log_line >= LOG_EVERY_S:
+        if _last_log_line:
+            print(f"[progress] {line}", file=sys.stderr, flush=True)
+        _last_log_line = now

@@ -13,6 +13,8 @@
 #   7. report     outputs/demo/report/{report.md,table.json,table.md} and plots
 #   8. site       outputs/demo/site/index.html: every run and episode in a browser (`evoharness-rl view`)
 #
+# Running stages show their progress on one line (scripts/jobs.sh); outputs/demo/report/timing.json has the
+# seconds of every stage this invocation ran, the CPU and the commit.
 # Stages whose output already exists are skipped, so an interrupted demo resumes.
 # DEMO_DIR (default outputs/demo) and extra Hydra overrides ("$@") are passed to every stage.
 set -euo pipefail
@@ -25,13 +27,13 @@ COMMON=(experiment=demo "env.data_dir=$D/data" "$@")
 source scripts/jobs.sh  # stage, job, launch, finished: one thread a job, two jobs at a time
 
 stage "prepare ALFWorld games"
-"${CLI[@]}" prepare "${COMMON[@]}" "out_dir=$D/prepare"
+timed prepare "${CLI[@]}" prepare "${COMMON[@]}" "out_dir=$D/prepare"
 
 stage "build a $SIZE local model"
-[ -f "$D/model/config.json" ] || "${CLI[@]}" init-model "size=$SIZE" "out=$D/model" "out_dir=$D/init-model"
+[ -f "$D/model/config.json" ] || timed init-model "${CLI[@]}" init-model "size=$SIZE" "out=$D/model" "out_dir=$D/init-model"
 
 stage "collect scripted-teacher traces (adaptive BPE use, Experience evolving online)"
-[ -f "$D/collect/summary.json" ] || "${CLI[@]}" collect "${COMMON[@]}" policy=scripted split=train \
+[ -f "$D/collect/summary.json" ] || timed collect "${CLI[@]}" collect "${COMMON[@]}" policy=scripted split=train \
   experience.evolve=online "out_dir=$D/collect"
 
 # evaluate <name> <model dir> <bank file or null>: greedy (the eval default), every task of both splits.
@@ -40,17 +42,17 @@ evaluate() {
   for split in valid_seen valid_unseen; do
     [ -f "$D/eval_${name}_${split}/summary.json" ] && continue
     launch "eval_${name}_${split}" "${CLI[@]}" eval "${COMMON[@]}" "model.path=$model" policy=hf "split=$split" \
-      "experience.bank=$bank" env.num_workers=1 logger.progress=false "out_dir=$D/eval_${name}_${split}"
+      "experience.bank=$bank" env.num_workers=1 "out_dir=$D/eval_${name}_${split}"
   done
 }
 
 [ -f "$D/sft/merged/config.json" ] || launch sft "${CLI[@]}" sft "${COMMON[@]}" "model.path=$D/model" \
-  "sft.data=$D/collect" "out_dir=$D/sft" resume=true logger.progress=false
+  "sft.data=$D/collect" "out_dir=$D/sft" resume=true
 evaluate untrained_none "$D/model" null
 finished
 
 [ -f "$D/grpo/final/config.json" ] || launch grpo "${CLI[@]}" grpo "${COMMON[@]}" "model.path=$D/sft/merged" \
-  policy=hf "experience.bank=$D/collect/bank.json" "out_dir=$D/grpo" resume=true logger.progress=false
+  policy=hf "experience.bank=$D/collect/bank.json" "out_dir=$D/grpo" resume=true
 evaluate sft_none "$D/sft/merged" null
 # The rows below need GRPO's checkpoint or its evolved bank.
 while [ ! -f "$D/grpo/final/config.json" ]; do
@@ -66,8 +68,10 @@ finished
 
 stage "report"
 runs=$(printf "$D/eval_%s," {untrained_none,sft_none,sft_evolved,grpo_none,grpo_evolved}_{valid_seen,valid_unseen})
-"${CLI[@]}" report "runs=[${runs}$D/grpo]" "out_dir=$D/report" > /dev/null
+timed report "${CLI[@]}" report "runs=[${runs}$D/grpo]" "out_dir=$D/report" > /dev/null
 "$PY" scripts/demo_table.py "$D"
 stage "site"
-"${CLI[@]}" view "runs=[$D/grpo,${runs%,}]" "out_dir=$D/site" > /dev/null
-printf '\nDemo finished in %d s. Report: %s/report/report.md; site: %s/site/index.html\n' $((SECONDS - start)) "$D" "$D"
+timed site "${CLI[@]}" view "runs=[$D/grpo,${runs%,}]" "out_dir=$D/site" > /dev/null
+write_timing "$D/report/timing.json"
+printf '\nDemo finished in %d s. Report: %s/report/report.md (time per stage: %s/report/timing.json); site: %s/site/index.html\n' \
+  $((SECONDS - start)) "$D" "$D" "$D"

@@ -12,6 +12,8 @@
 #   5. eval        greedy, valid_seen: SFT and GRPO of every mode and seed, without a bank and with GRPO's evolved one
 #   6. report      outputs/diagnostics/report/{table.json,table.md,curves.json} and figures
 #
+# Running stages show their progress on one line (scripts/jobs.sh); outputs/diagnostics/report/timing.json has the
+# seconds of every stage this invocation ran, the CPU and the commit.
 # Stages whose output already exists are skipped, so an interrupted run resumes.
 # DIAG_DIR (default outputs/diagnostics), DIAG_SEEDS (default "0 1 2"), DIAG_MODES (default all three),
 # DIAG_TASKS (a Hydra list, default all three tasks) and extra Hydra overrides ("$@") reach every stage.
@@ -29,7 +31,7 @@ COLLECT=(env.diagnostics.experience_world=0 env.diagnostics.experience_vaults=32
 source scripts/jobs.sh
 
 stage "build a tiny local model"
-[ -f "$D/model/config.json" ] || "${CLI[@]}" init-model size=tiny "out=$D/model" "out_dir=$D/init-model"
+[ -f "$D/model/config.json" ] || timed init-model "${CLI[@]}" init-model size=tiny "out=$D/model" "out_dir=$D/init-model"
 
 # Teacher banks, one per experience world: what 128 teacher episodes saw of its vaults' doors (any explorer that
 # opens them teaches the same facts). World 0's is the bank collect starts from, so every `recall` in the SFT traces
@@ -95,5 +97,7 @@ done
 finished
 
 stage "report"
-"$PY" scripts/diagnostics_report.py "$D"
-printf '\nDiagnostics finished in %d s. Report: %s/report/table.md\n' $((SECONDS - start)) "$D"
+timed report "$PY" scripts/diagnostics_report.py "$D"
+write_timing "$D/report/timing.json"
+printf '\nDiagnostics finished in %d s. Report: %s/report/table.md (time per stage: %s/report/timing.json)\n' \
+  $((SECONDS - start)) "$D" "$D"

@@ -29,12 +29,13 @@ SMALL = ["env.diagnostics.valid_tasks=24", "sft.epochs=15", "grpo.updates=24", "
 
 def run_pipeline(root: Path, *extra: str) -> list[dict]:
     env = {**os.environ, "DIAG_DIR": str(root), "DIAG_SEEDS": "0", "DIAG_MODES": "adaptive",
-           "DIAG_TASKS": "[memory]", "PYTHONUNBUFFERED": "1"}
+           "DIAG_TASKS": "[memory]", "PYTHONUNBUFFERED": "1", "PROGRESS_EVERY": "5"}
     keys = {override.split("=")[0] for override in extra}
     overrides = [o for o in SMALL if o.split("=")[0] not in keys] + list(extra)
     done = subprocess.run(["bash", str(SCRIPTS / "diagnostics.sh"), *overrides], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (root / "stdout.txt").write_text(done.stdout)
     return json.loads((root / "report" / "table.json").read_text())
 
 
@@ -65,6 +66,16 @@ def test_grpo_learns_to_track_at_the_keypad(trained):
     assert "| memory | needed | adaptive | grpo | none |" in (root / "report" / "table.md").read_text()
     for figure in ("success_vs_update.png", "calls_vs_update.png", "bank_ops.png"):
         assert (root / "report" / figure).stat().st_size > 1000
+
+
+def test_the_run_shows_each_stage_progress_and_writes_its_timing(trained):
+    root, _ = trained
+    shown = (root / "stdout.txt").read_text()
+    assert "sft_s0: sft " in shown and "grpo_adaptive_s0: grpo updates " in shown, shown[-3000:]
+    assert "[progress] sft " in (root / "logs" / "sft_s0.log").read_text()  # the job's log keeps it too
+    timing = json.loads((root / "report" / "timing.json").read_text())
+    assert {"sft_s0", "grpo_adaptive_s0", "report"} <= set(timing["stages"]) and timing["cpu"] and timing["commit"]
+    assert 0 < timing["stages"]["sft_s0"] <= timing["total_s"]
 
 
 def test_a_no_op_grpo_does_not_pass_the_same_check(trained):

@@ -32,3 +32,27 @@ def test_config_docs_are_up_to_date():
     script = Path(__file__).resolve().parents[1] / "scripts" / "gen_config_docs.py"
     proc = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_progress_bars_write_one_line_to_the_progress_file_and_log_lines_without_a_terminal(tmp_path, monkeypatch,
+                                                                                          capsys):
+    from evoharness_rl import runlog
+
+    target = tmp_path / "job.progress"
+    monkeypatch.setenv(runlog.PROGRESS_FILE_ENV, str(target))
+    monkeypatch.setattr(runlog, "_FILE_EVERY_S", 0.0)
+    monkeypatch.setattr(runlog, "LOG_EVERY_S", 0.0)
+    monkeypatch.setattr(runlog, "_last_log_line", 1.0)  # a line was logged before: the next one is due
+    monkeypatch.setattr(runlog, "_PROGRESS_ENABLED", True)
+    with runlog.ProgressBar(10, "grpo updates", completed=4) as updates:
+        assert target.read_text() == "grpo updates 4/10 (40%)\n"
+        for i in runlog.progress(range(3), description="episodes"):
+            assert target.read_text().startswith(f"grpo updates 4/10 (40%) | episodes {i}/3 ({100 * i / 3:.0f}%)")
+        assert target.read_text() == "grpo updates 4/10 (40%)\n"  # the inner bar closed
+        updates.advance(info="success 0.50")
+        assert target.read_text().startswith("grpo updates 5/10 (50%) · success 0.50 · ")  # then the time left
+        assert target.read_text().endswith(" left\n")
+    assert target.read_text() == "\n"  # no bar open
+    logged = capsys.readouterr().err.splitlines()
+    assert "[progress] grpo updates 4/10 (40%) | episodes 2/3 (67%) · 0s left" in logged
+    assert all(line.startswith("[progress] ") for line in logged)

@@ -74,7 +74,7 @@ def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
 
     `env_factory` builds one environment (picklable; default `make_env(cfg.env)`).
     """
-    from evoharness_rl.runlog import progress
+    from evoharness_rl.runlog import ProgressBar
 
     run = setup(cfg, env_factory)
     try:
@@ -83,13 +83,15 @@ def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
         elif cfg.grpo.eval_every:
             run.log.metrics(step=-1, update=-1, **validate(run, -1))  # the starting point of the validation curve
 
-        for u in progress(range(run.state.update, cfg.grpo.updates), description="grpo updates"):
-            train_update(run, u)
-            if run.state.bad_updates >= cfg.grpo.max_bad_updates:
-                raise RuntimeError(
-                    f"stopping: {run.state.bad_updates} updates were skipped for non-finite loss or reward "
-                    f"(grpo.max_bad_updates={cfg.grpo.max_bad_updates}); see {run.out_dir / 'run.log'}"
-                )
+        with ProgressBar(cfg.grpo.updates, "grpo updates", completed=run.state.update) as bar:
+            for u in range(run.state.update, cfg.grpo.updates):
+                metrics = train_update(run, u)
+                bar.advance(info=f"success {metrics.get('success_rate', 0.0):.2f}")
+                if run.state.bad_updates >= cfg.grpo.max_bad_updates:
+                    raise RuntimeError(
+                        f"stopping: {run.state.bad_updates} updates were skipped for non-finite loss or reward "
+                        f"(grpo.max_bad_updates={cfg.grpo.max_bad_updates}); see {run.out_dir / 'run.log'}"
+                    )
         return finish(run)
     finally:
         run.engine.close()
