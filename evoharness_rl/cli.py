@@ -622,6 +622,8 @@ def _cleaned_on_failure(cfg, holds_lock: bool):
         # Is it a full disk? Asked before the cleanup frees space: torch's write errors count only on a full disk.
         full = as_disk_full(err, _writes_to(cfg)) if isinstance(err, Exception) else None
         remove_temps(cfg.out_dir, holds_lock=holds_lock)
+        if _writes_to(cfg) != cfg.out_dir:  # init-model's out: this process's temporary files only (no lock there)
+            remove_temps(_writes_to(cfg), holds_lock=False)
         if cfg.command == "sft" and holds_lock:
             from evoharness_rl.sft.checkpoints import newest_complete, remove_unfinished
 
