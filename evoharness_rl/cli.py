@@ -407,6 +407,8 @@ def run_command(cfg) -> None:
     from evoharness_rl.runlog import set_progress
 
     set_progress(cfg.logger.progress)
+    if not cfg.logger.progress:
+        _quiet_library_bars(cfg)
     if cfg.command == "view":  # out_dir is the site itself, replaced whole and atomically: no lock file in it
         write_run_config(cfg)
         _COMMANDS["view"](cfg)
@@ -421,6 +423,23 @@ def run_command(cfg) -> None:
         with _kept_on_refusal(Path(cfg.out_dir)), _cleaned_on_failure(cfg, holds_lock=main_process):
             write_run_config(cfg)
             _COMMANDS[cfg.command](cfg)
+
+
+def _quiet_library_bars(cfg) -> None:
+    """logger.progress=false holds for the libraries' own bars too (transformers' weight loading and saving,
+    datasets' map/filter): stderr keeps the run's log lines and, on a fault, its one error line. transformers is
+    switched only where the command loads it anyway (importing it costs seconds); datasets reads its variable
+    when it is imported."""
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    if "datasets" in sys.modules:
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
+    if "transformers" in sys.modules or cfg.command in ("sft", "grpo", "init-model") or (
+            cfg.command in ("eval", "collect") and cfg.policy.backend in ("hf", "vllm", "vllm_server")):
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def preflight(cfg) -> None:

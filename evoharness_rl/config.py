@@ -111,7 +111,7 @@ class DiagnosticsConfig:
 class ChoiceConfig:
     """`choice` settings (envs/choice): press the button the objective names."""
 
-    tasks: int = 30  # tasks in every split; task k shows the three buttons in an order drawn from k
+    tasks: int = 30  # tasks in every split (at most 100,000); task k shows the three buttons in an order drawn from k
     targets: list[str] = field(default_factory=lambda: ["red", "green", "blue"])  # colours asked for (task k: targets[k % len]): all three make the policy read the objective; one makes it irrelevant (an easier task)
 
 
@@ -177,8 +177,8 @@ class PolicyConfig:
     model_name: Optional[str] = None  # openai: model name sent to the endpoint (default: model.path)
     api_key_env: str = "OPENAI_API_KEY"  # openai: environment variable holding the API key
     concurrency: int = 8  # openai: requests in flight at once
-    max_retries: int = 4  # openai / vllm_server: retries with exponential backoff before the batch errors
-    request_timeout_s: float = 120.0  # openai / vllm_server: per-request timeout
+    max_retries: int = 4  # openai / vllm_server: retries of a refused connection or an HTTP 408/409/429/5xx answer, with exponential backoff, before the request errors
+    request_timeout_s: float = 120.0  # openai / vllm_server: per-request timeout; openai: a request the server never answers is not retried, and ends the run in one line naming the URL and this timeout (a warning after 30 s)
     gpu_memory_utilization: float = 0.5  # vllm: share of GPU memory the engine may take (colocated with training)
     tensor_parallel_size: int = 1  # vllm: tensor-parallel degree of the rollout engine
     enable_lora: bool = False  # vllm: serve the policy as a LoRA adapter (required for weight sync on CPU)
@@ -319,8 +319,8 @@ class ExperienceConfig:
     max_new_tokens: int = 2048  # consolidator response limit
     max_field_chars: int = 300  # longer entry fields are rejected
     max_prompt_chars: int = 24000  # LLM consolidation: characters of episode/note evidence per prompt; a longer batch is read in parts, one call each, reconciled by a final call (docs/experience.md)
-    max_retries: int = 4  # openai consolidator: retries with backoff before a call counts as failed
-    request_timeout_s: float = 300.0  # openai consolidator: per-request timeout
+    max_retries: int = 4  # openai consolidator: retries of a refused connection or an HTTP 408/409/429/5xx answer, with backoff, before a call counts as failed (`consolidate`: a cycle whose every call failed ends the run with the first error)
+    request_timeout_s: float = 300.0  # openai consolidator: per-request timeout; a call the server never answers is not retried, and ends the run in one line naming the URL and this timeout (a warning after 30 s)
     trajectories: Optional[str] = None  # consolidate: a .jsonl file, a trajectories/ folder or a run directory to learn from
     validate_edits: bool = False  # GRPO: a cycle's edits must earn their place: the updated policy plays the held-out check tasks greedily with the bank before and after the cycle, and a cycle that lowers success by more than validate_margin is rolled back (docs/experience.md)
     validate_tasks: int = 8  # validate_edits: train tasks held out of GRPO's task sampling for the check, every family in turn; a cycle that changes what the policy sees costs 2x this many greedy episodes
