@@ -10,7 +10,8 @@ Steps (paper Sec. 2.3, "Supervised initialization"; defaults from Table 10):
 2. tokenize with the checkpoint's chat template: loss only on assistant tokens (the
    template's `{% generation %}` spans, as TRL's `assistant_only_loss`), over-length
    examples cut from the middle of the prompt or dropped (rule in sft/data.py; counted);
-3. TRL `SFTTrainer` (on CPU its LM head runs on labelled positions only, sft/loss.py):
+3. TRL `SFTTrainer` (on CPU each batch runs as length-sorted rows trimmed to their own
+   length, and the LM head only on labelled positions, sft/loss.py):
    LoRA (r=64, alpha=128, all linear layers) or full parameters (`sft.lora=false`),
    AdamW, cosine schedule with warmup, gradient clipping; gradient checkpointing on GPU only; checkpoints every `sft.save_steps` (`resume=true` continues
    from the last one); loss / lr / tokens-per-second to metrics.jsonl (+ wandb);
@@ -192,6 +193,7 @@ def training_args(cfg: Any, device: str, has_validation: bool):
         save_steps=s.save_steps,
         save_total_limit=2,
         eval_strategy="epoch" if has_validation else "no",
+        prediction_loss_only=True,  # evaluation needs only the loss: no logits kept, our CPU loss path (sft/loss.py)
         report_to="none",  # metrics go through RunLogger (metrics.jsonl, wandb)
         disable_tqdm=True,  # our rich progress bar instead
         seed=cfg.seed,
@@ -216,21 +218,22 @@ def _resume_checkpoint(cfg: Any, log: Optional[RunLogger]) -> Optional[str]:
 
 
 class MetricsCallback(TrainerCallback):
-    """Trainer logs -> RunLogger.metrics (loss, lr, grad norm, tokens/s) and a rich progress bar."""
+    """Trainer logs -> RunLogger.metrics (loss, lr, grad norm, tokens/s) and a progress bar (step / total,
+    tokens/s of the last logging interval, time left)."""
 
     def __init__(self, log: RunLogger):
         self.log = log
         self.bar: Optional[ProgressBar] = None
         self._mark: tuple[float, Optional[float]] = (time.perf_counter(), None)  # (time, tokens) of the last train log
+        self._info: Optional[str] = None  # the bar's tokens/s, updated at each train log
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.bar = ProgressBar(total=state.max_steps, description="sft")
-        self.bar.advance(state.global_step)  # resumed runs start part-way
+        self.bar = ProgressBar(total=state.max_steps, description="sft", completed=state.global_step)  # resumed runs start part-way
         self._mark = (time.perf_counter(), None)
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:
-            self.bar.advance()
+            self.bar.advance(1, info=self._info)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         values = {k: float(v) for k, v in (logs or {}).items() if isinstance(v, (int, float))}
@@ -239,6 +242,7 @@ class MetricsCallback(TrainerCallback):
             then, before = self._mark
             if before is not None and now > then:
                 values["tokens_per_s"] = round((tokens - before) / (now - then), 1)
+                self._info = f"{values['tokens_per_s'] / 1000:.1f}k tok/s"
             self._mark = (now, tokens)
         else:
             self._mark = (now, None)  # an evaluation ran: the next train interval starts afresh

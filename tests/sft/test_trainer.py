@@ -161,3 +161,38 @@ def test_two_cpu_processes_share_one_dataset_and_log_once(tmp_path, tiny_model):
     assert [m["step"] for m in train] == list(range(1, -(-examples // 8) + 1))  # global batch 2 x 4, logged once
     assert (out / "run.log").read_text().count("tokenized") == 1
     assert (out / "merged" / "model.safetensors").is_file()
+
+
+def test_progress_bar_shows_steps_and_tokens_per_second(monkeypatch):
+    """MetricsCallback: the bar opens at the resumed step, advances a step at a time and carries the last tok/s."""
+    from types import SimpleNamespace
+
+    from evoharness_rl.sft import trainer as sft_trainer
+
+    calls = []
+
+    class Bar:
+        def __init__(self, total, description, completed=0):
+            calls.append(("open", total, description, completed))
+
+        def advance(self, n=1, info=None):
+            calls.append(("advance", n, info))
+
+        def close(self):
+            calls.append(("close",))
+
+    monkeypatch.setattr(sft_trainer, "ProgressBar", Bar)
+    logged = []
+    callback = sft_trainer.MetricsCallback(SimpleNamespace(metrics=lambda step, **v: logged.append(v)))
+    state = SimpleNamespace(max_steps=30, global_step=10)
+    callback.on_train_begin(None, state, None)
+    callback.on_step_end(None, state, None)
+    callback.on_log(None, state, None, logs={"loss": 1.0, "num_tokens": 1000.0})
+    callback._mark = (callback._mark[0] - 2.0, 1000.0)  # two seconds ago, 1000 tokens
+    callback.on_log(None, state, None, logs={"loss": 0.9, "num_tokens": 13000.0})
+    callback.on_step_end(None, state, None)
+    callback.on_train_end(None, state, None)
+    assert calls[0] == ("open", 30, "sft", 10) and calls[1] == ("advance", 1, None)
+    assert calls[2][:2] == ("advance", 1) and calls[2][2].endswith("k tok/s") and calls[-1] == ("close",)
+    assert 5.5 < float(calls[2][2].split("k")[0]) < 6.5  # 12,000 tokens in about two seconds
+    assert logged[-1]["tokens_per_s"] > 0
