@@ -269,7 +269,8 @@ def _run(dict_cfg) -> None:
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (faults.Terminated)
         _report_interrupt(cfg)
     except Exception as err:  # noqa: BLE001 - a user's error or a full disk: one line; anything else: re-raised
-        _report_failure(cfg, err)
+        if not _report_failure(cfg, err):
+            raise
     finally:
         _RUNNING.clear()
 
@@ -277,9 +278,9 @@ def _run(dict_cfg) -> None:
 _RUNNING: list = []  # the Config of the job this process runs (for the interrupt watchdog's line)
 
 
-def _report_failure(cfg, err: Exception) -> None:
+def _report_failure(cfg, err: Exception) -> bool:
     """A UserError or a full disk (`faults.DiskFull`, or any error whose cause is one): its one line, exit 1.
-    Any other error is a bug and keeps its traceback."""
+    Any other error is a bug and keeps its traceback: False, the caller re-raises it."""
     from evoharness_rl.errors import UserError
     from evoharness_rl.faults import as_disk_full, release
 
@@ -291,7 +292,7 @@ def _report_failure(cfg, err: Exception) -> None:
     if isinstance(err, UserError):
         print(f"error: {err}", file=sys.stderr)
         sys.exit(1)
-    raise err
+    return False
 
 
 def _report_interrupt(cfg) -> None:

@@ -384,6 +384,19 @@ def test_a_request_a_hung_server_never_answers_ends_in_bounded_time_naming_url_a
     assert server.url in message and "policy.request_timeout_s=1 s" in message and "\n" not in message
 
 
+def test_the_vllm_server_backend_bounds_a_hung_server_too(key, tiny_model):
+    from evoharness_rl.engines.base import GenerationRequest, SamplingSettings
+    from evoharness_rl.engines.openai import ServerUnresponsive
+    from evoharness_rl.engines.vllm import VLLMServerBackend
+    from evoharness_rl.models import load_tokenizer
+
+    with HungServer(models="ok", chat="hang") as server:
+        backend = VLLMServerBackend(server.url, load_tokenizer(str(tiny_model)), max_retries=4, timeout=1.0)
+        with pytest.raises(ServerUnresponsive, match=re.escape(f"policy.base_url={server.url} gave no answer")):
+            backend.generate([GenerationRequest(messages=[], key="e0", prompt_ids=[1, 2, 3])], SamplingSettings())
+        assert server.hits == ["GET /v1/models", "POST /v1/completions"]
+
+
 def test_a_long_wait_prints_one_warning_line_before_it_gives_up(key, monkeypatch, capsys):
     from evoharness_rl.engines import openai as backend_module
 

@@ -46,7 +46,7 @@ from typing import Any, Optional
 
 from evoharness_rl.engines.base import (Completion, GenerationBackend, GenerationRequest, SamplingSettings,
                                         SamplingStream, StreamingBackend)
-from evoharness_rl.engines.openai import error_completion, make_client, map_concurrently
+from evoharness_rl.engines.openai import Endpoint, ServerUnresponsive, error_completion, make_client, map_concurrently
 from evoharness_rl.engines.tokens import checkpoint_generation_config, load_tokenizer, stop_token_ids
 from evoharness_rl.engines.weights import is_peft_model, named_weights
 
@@ -347,8 +347,9 @@ class VLLMServerBackend(GenerationBackend):
         the served model name (default: the first one the server lists)."""
         self.tokenizer = tokenizer
         self.concurrency = concurrency
-        self.client = make_client(base_url, api_key_env, max_retries, timeout)
-        self.model = model or self.client.models.list().data[0].id
+        self.client = make_client(base_url, api_key_env, 0, timeout)  # retries: self.endpoint's
+        self.endpoint = Endpoint(base_url, timeout, max_retries, "policy")  # a hung server: one line, bounded time
+        self.model = model or self.endpoint.call(lambda t: self.client.models.list(timeout=t)).data[0].id
         self.stop_ids = stop_token_ids(tokenizer, checkpoint_generation_config(tokenizer.name_or_path))
         self._stream = SamplingStream()
 
@@ -361,7 +362,7 @@ class VLLMServerBackend(GenerationBackend):
 
     def _one(self, prompt_ids: list[int], sampling: SamplingSettings, seed: int) -> Completion:
         try:
-            response = self.client.completions.create(
+            response = self.endpoint.call(lambda timeout: self.client.completions.create(
                 model=self.model,
                 prompt=list(prompt_ids),
                 max_tokens=sampling.max_new_tokens,
@@ -371,7 +372,10 @@ class VLLMServerBackend(GenerationBackend):
                 seed=seed,
                 extra_body=dict(top_k=0, min_p=0.0, repetition_penalty=1.0, stop_token_ids=self.stop_ids,
                                 skip_special_tokens=True, return_tokens_as_token_ids=True),
-            )
+                timeout=timeout,
+            ))
+        except ServerUnresponsive:
+            raise  # a hung server ends the run (one line), it does not error every episode one by one
         except Exception as exc:  # noqa: BLE001 - any failure after retries is this request's error
             return error_completion(exc, self.client.base_url, self.client.api_key)
         choice = response.choices[0]
