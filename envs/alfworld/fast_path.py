@@ -20,7 +20,8 @@ TextWorld (1.7.0) spends most of an ALFWorld step redoing work whose result cann
 The fast path replaces exactly those functions while active: parses are memoized (bounded LRU
 caches keyed on the input text) and handed out as fresh copies where the engine mutates them;
 contexts are copied one level deep (the engine only reassigns or `update`s their dicts and
-reads the entities); the PDDL translation and the grammar file's parse are memoized per text;
+reads the entities); the PDDL translation is memoized per game, and the grammar file is parsed once
+per domain (games differ only inside its quoted blocks, which are put back per game);
 an environment that loads one game after another keeps one planner library (`Planner`) for all
 of them, as its engine's resets do for one game.
 Everything else (the planner library, the state, applicable actions, the grammar's choices) is
@@ -37,6 +38,7 @@ import contextlib
 import functools
 import importlib.metadata
 import logging
+import re
 import threading
 from typing import Any, Callable, Iterator
 
@@ -116,7 +118,7 @@ def active(enabled: bool = True, planner: Planner | None = None) -> Iterator[boo
 
 def clear_caches() -> None:
     """Empty every memo (the tests compare cold and warm caches)."""
-    for cached in (_parse_symbols, _parse_query, _pddl2sas, _parse_game_logic):
+    for cached in (_parse_symbols, _parse_query, _pddl2sas, _parse_skeleton):
         cached.cache_clear()
 
 
@@ -262,18 +264,30 @@ def _load_lib() -> Any:
     return _planner.lib
 
 
+# The grammar file's strBlock token (textworld/envs/pddl/logic/logic.ebnf). Games of one domain differ only inside
+# these blocks (the task text), so the document is parsed once with every block replaced by its number, and each game's
+# blocks are put back as the converter reads them. (A comment holding three quotes would break this; ALFWorld's has none.)
+_STR_BLOCK = re.compile(r'"""(?:.|\n)*?"""')
+
+
 @functools.lru_cache(maxsize=GAME_CACHE_SIZE)
-def _parse_game_logic(text: str, rule_name: str) -> Any:
+def _parse_skeleton(skeleton: str, rule_name: str) -> Any:
     from textworld.envs.pddl import logic as pddl_logic
 
-    return _original(pddl_logic, "_parse_and_convert")(text, rule_name=rule_name)
+    return pddl_logic._PARSER.parse(skeleton, rule_name=rule_name)
 
 
 def _game_logic_parse(text: str, rule_name: str = "pddlStart", **kwargs: Any) -> Any:
-    # GameLogic copies the actions into its own dict and extends its grammar's rule lists with the parsed
-    # rules; neither the actions nor the rules are mutated afterwards, so games loaded from the same text share them.
-    if kwargs:
-        from textworld.envs.pddl import logic as pddl_logic
+    from textworld.envs.pddl import logic as pddl_logic
 
+    if kwargs:
         return _original(pddl_logic, "_parse_and_convert")(text, rule_name=rule_name, **kwargs)
-    return _parse_game_logic(text, rule_name)
+    blocks = _STR_BLOCK.findall(text)
+    numbers = iter(range(len(blocks)))
+    skeleton = _STR_BLOCK.sub(lambda _: f'"""{next(numbers)}"""', text)
+
+    class BlockConverter(pddl_logic._ModelConverter):
+        def _unescape_block(self, string: str) -> str:
+            return super()._unescape_block(blocks[int(string[3:-3])])
+
+    return BlockConverter().walk(_parse_skeleton(skeleton, rule_name))
