@@ -360,6 +360,29 @@ def test_an_interrupted_eval_says_where_it_stopped_in_one_line_and_continues(tin
     assert f"{min(recorded, 2)} already recorded" in done.stderr
 
 
+SLOW_UNWIND = """
+import sys, time
+from evoharness_rl import faults
+faults.catch_signals(lambda signum: print(f"stopped by {signum}", file=sys.stderr))
+try:
+    print("ready", flush=True)
+    time.sleep(60)
+finally:
+    time.sleep(30)  # a cleanup that would take far too long
+"""
+
+
+def test_a_run_that_does_not_unwind_in_time_is_ended_by_the_watchdog_with_its_line():
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_UNWIND], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 143 and time.monotonic() - sent < faults.UNWIND_S + 1.0, stderr
+    assert stderr.strip() == f"stopped by {int(signal.SIGTERM)}"
+
+
 # ------------------------------------------------------------------ servers that hang or fail
 
 
@@ -438,11 +461,11 @@ def test_an_http_error_is_named_with_its_status(key, tmp_path, capsys):
                                   "policy.model_name=m", "split=test", "limit=2", "env.num_workers=1",
                                   "policy.max_retries=0", "logger.progress=false",
                                   f"out_dir={tmp_path / 'eval'}"], capsys)
-    assert_one_error(code, lines, "all 2 episodes errored", "(500)", server.url)
+    assert_one_error(code, lines, "all 2 episodes errored", "(HTTP 500)", server.url)
 
 
 @pytest.mark.parametrize("chat, expected", [("hang", "gave no answer within experience.request_timeout_s=1 s"),
-                                            (503, "(503)")])
+                                            (503, "(HTTP 503)")])
 def test_a_consolidator_server_that_hangs_or_fails_ends_consolidate_in_one_line(key, tmp_path, capsys, chat, expected):
     from evoharness_rl.rollout.trajectory import write_jsonl
     from tests.experience import synthetic

@@ -155,7 +155,7 @@ def error_completion(exc: BaseException, url: Any = "", key: str = "") -> Comple
 
     status = getattr(exc, "status_code", None)
     detail = redact_text(" ".join(str(exc).split()), secrets_in(str(url)) | ({key} if len(key or "") >= 4 else set()))
-    reason = f"{type(exc).__name__}" + (f" ({status})" if status else "") + f" from {public_url(url)}: {detail}"
+    reason = f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + f" from {public_url(url)}: {detail}"
     return Completion(text="", finish_reason="error", error=reason[:500])
 
 
