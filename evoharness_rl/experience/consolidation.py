@@ -275,13 +275,24 @@ def _dropped_warning(result: Any, bank: ExperienceBank) -> list[str]:
             "entries (the least recently changed go; `bank diff` against an older bank file shows them)"]
 
 
+def _same_failures_once(failures: list[str]) -> list[str]:
+    """Failures told once per distinct reason: every stage of a cycle against a server that answers HTTP 500 fails
+    the same way, and one line says so ("4 stages: the consolidator call failed: ... (HTTP 500) ...")."""
+    reasons: dict[str, list[str]] = {}
+    for failure in failures:
+        stage, _, reason = failure.partition(": ")
+        reasons.setdefault(reason or failure, []).append(stage)
+    return [f"{stages[0]}: {reason}" if len(stages) == 1 else f"{len(stages)} stages ({', '.join(stages)}): {reason}"
+            for reason, stages in reasons.items()]
+
+
 def _log(report: ConsolidationReport, log: Any) -> None:
     ops = ", ".join(f"{op} {report.ops.get(op, 0)}" for op in OPS)
     redirected = ", ".join(f"{k} {n}" for k, n in report.redirected.items() if n) or "none"
     line = (f"consolidation u={report.update_index} ({report.source}, {report.episodes_seen}/{report.episodes} episodes "
             f"read) {report.status}: {ops} applied (redirected by the bank: {redirected}), "
             f"pruned {report.pruned}, failures {len(report.failures)}, rejected ops {len(report.rejected)}")
-    problems = report.failures + report.rejected
+    problems = _same_failures_once(report.failures) + report.rejected
     dropped = [w for w in report.warnings if "archived entries removed" in w]
     if log is not None:
         for warning in dropped:
