@@ -1,4 +1,4 @@
-"""Faults that come from the machine or the user's hands, each turned into one line (docs/design.md, "Faults").
+"""Faults that come from the machine or the user's hands, each turned into one line (docs/faults.md).
 
 - A full disk. `disk_full(err)` recognises ENOSPC / EDQUOT anywhere in an error's causes, and the errors torch
   and safetensors raise in their place (`unexpected pos`, `file write failed`) when the disk they wrote to is
