@@ -13,10 +13,10 @@ path on GPU and, on CPU:
   labelled tokens in a batch of eight per-turn examples;
 - runs the collated batch as a few forwards of length-sorted rows, each trimmed to its
   longest row (`row_chunks`), instead of one forward padded to the batch's longest:
-  per-turn examples of 200-500 tokens padded in random batches of 8 compute ~26% padding,
-  chunks ~5%. The rows are right-padded, so no attention mask is needed (causal attention
-  never lets a real token see the padding after it) and attention keeps its fast
-  mask-free path. With several processes the batch stays one chunk (DDP's gradient hooks
+  per-turn examples of 200-500 tokens padded in random batches of 8 compute ~25% padding,
+  chunks ~7% (2.4 forwards a batch). The rows are right-padded, so no attention mask is
+  needed (causal attention never lets a real token see the padding after it) and
+  attention keeps its fast mask-free path. With several processes the batch stays one chunk (DDP's gradient hooks
   allow one forward per backward).
 
 Loss (identical to TRL's "nll"): the sum of -log p(label) over labelled tokens, divided
