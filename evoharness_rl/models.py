@@ -17,6 +17,7 @@ Real runs point `model.path` at any HF checkpoint (e.g. Qwen3-8B); `load_model` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -207,6 +208,27 @@ def _tokenizer_texts() -> dict:
 
 
 # ------------------------------------------------------------------------- loading
+
+
+@contextlib.contextmanager
+def only_positions(model: Any, positions: Any):
+    """During the forward, hand the LM head only the final hidden states at `positions` ([N]) of the flattened
+    [R, W] rows (logits [1, N, V]). A hook inside the model's own forward, so DDP/FSDP/DeepSpeed wrappers see a
+    normal call; SFT's and GRPO's losses use it to skip the vocabulary projection of positions without a loss."""
+    inner = getattr(model, "module", model)  # a DDP/FSDP wrapper's model
+    head = inner.get_output_embeddings()
+    if head is None:
+        raise TypeError(f"{type(inner).__name__} has no output embeddings to restrict")
+
+    def gather(module, args):
+        hidden = args[0]  # [R, W, H]
+        return (hidden.reshape(-1, hidden.shape[-1])[positions][None],) + tuple(args[1:])
+
+    handle = head.register_forward_pre_hook(gather)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def resolve_device(device: str = "auto") -> str:

@@ -20,6 +20,7 @@ from typing import Optional
 import torch
 
 from evoharness_rl.grpo.batch import MicroBatch
+from evoharness_rl.models import only_positions
 
 
 def load_policy(cfg, device: str):
@@ -120,32 +121,13 @@ def _packed_logprobs(model, batch: MicroBatch, entropy: str, temperature: float
                      ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
     """Packed rows (batch.py): the LM head sees only the positions that predict a loss token, whose values are
     then put at their [B, K] slots."""
-    with _only_positions(model, batch.keep_positions):
+    with only_positions(model, batch.keep_positions):
         out = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False)
         # no attention mask: the position ids mark where each sample starts
     targets = batch.input_ids.reshape(-1)[batch.keep_positions + 1]  # [N]: position p predicts p + 1
     logp, ent = _row_logprobs(out.logits, targets[None], entropy, temperature)  # [1, N] x2
     logp = logp[0][batch.gather]  # [B, K] (slots without a loss token hold any value; the mask drops them)
     return logp, (ent[0][batch.gather] if ent is not None else None)
-
-
-@contextlib.contextmanager
-def _only_positions(model, positions: torch.Tensor):
-    """During the forward, hand the LM head only the final hidden states at `positions` of the flattened rows
-    (logits [1, N, V]); a hook inside the model's own forward, so DDP/FSDP/DeepSpeed wrappers see a normal call."""
-    head = _unwrap(model).get_output_embeddings()
-    if head is None:
-        raise TypeError(f"{type(_unwrap(model)).__name__} has no output embeddings to restrict")
-
-    def gather(module, args):
-        hidden = args[0]  # [R, W, H]
-        return (hidden.reshape(-1, hidden.shape[-1])[positions][None],) + tuple(args[1:])
-
-    handle = head.register_forward_pre_hook(gather)
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 _PACKING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> packed rows work (checked once)

@@ -29,10 +29,10 @@ forward.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from trl import SFTTrainer
+
+from evoharness_rl.models import only_positions
 
 IGNORE_INDEX = -100
 CHUNK_PADDING = 0.1  # a row joins the previous (longer) rows' forward while padding stays within this share of their tokens
@@ -65,26 +65,6 @@ def flat_supervised(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     width = labels.shape[1]
     rows, cols = (labels[:, 1:] != IGNORE_INDEX).nonzero(as_tuple=True)
     return rows * width + cols, labels[rows, cols + 1]
-
-
-@contextlib.contextmanager
-def only_positions(model, positions: torch.Tensor):
-    """During the forward, the LM head sees only the final hidden states at `positions` of the flattened rows
-    (logits [1, N, V])."""
-    inner = getattr(model, "module", model)  # DDP
-    head = inner.get_output_embeddings()
-    if head is None:
-        raise TypeError(f"{type(inner).__name__} has no output embeddings to restrict")
-
-    def gather(module, args):
-        hidden = args[0]  # [R, W, H]
-        return (hidden.reshape(-1, hidden.shape[-1])[positions][None],) + tuple(args[1:])
-
-    handle = head.register_forward_pre_hook(gather)
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 @torch.no_grad()

@@ -4,7 +4,8 @@ import torch
 import torch.nn.functional as F
 
 from evoharness_rl.models import load_model
-from evoharness_rl.sft.loss import IGNORE_INDEX, flat_supervised, only_positions, right_padded, row_chunks
+from evoharness_rl.models import only_positions
+from evoharness_rl.sft.loss import IGNORE_INDEX, flat_supervised, right_padded, row_chunks
 
 X = IGNORE_INDEX
 
