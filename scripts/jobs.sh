@@ -49,7 +49,7 @@ progress_line() {
 # monitor: runs beside the script (started below, outside the job table, so `wait` and the slots ignore it).
 monitor() {
   local line shown="" last=$SECONDS width
-  while sleep 2; do
+  while sleep 2 && kill -0 "$$" 2>/dev/null; do  # ends with the script, even one killed by SIGKILL
     line=$(progress_line)
     if [ -t 1 ]; then
       width=$(tput cols 2>/dev/null || echo 120)
