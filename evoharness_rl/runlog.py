@@ -307,9 +307,13 @@ def _report(force: bool = False) -> None:
     """Rewrite the progress file (at most once a second) and, without a terminal, log a line every LOG_EVERY_S."""
     global _last_file_write, _last_log_line
     now = time.monotonic()
-    line = " | ".join(bar.line() for bar in _live)
     target = os.environ.get(PROGRESS_FILE_ENV)
-    if target and (force or now - _last_file_write >= _FILE_EVERY_S):
+    write_file = bool(target) and (force or now - _last_file_write >= _FILE_EVERY_S)
+    log_line = _PROGRESS_ENABLED and now - _last_log_line >= LOG_EVERY_S and not sys.stderr.isatty()
+    if not (write_file or log_line):
+        return  # most advances: nothing is due, so no line is built
+    line = " | ".join(bar.line() for bar in _live)
+    if write_file:
         _last_file_write = now
         try:
             tmp = f"{target}.tmp"
@@ -317,7 +321,7 @@ def _report(force: bool = False) -> None:
             os.replace(tmp, target)
         except OSError:
             pass  # progress is best effort: a full disk or a removed folder must not stop the run
-    if _PROGRESS_ENABLED and line and not sys.stderr.isatty() and now - _last_log_line >= LOG_EVERY_S:
+    if log_line and line:
         if _last_log_line:
             print(f"[progress] {line}", file=sys.stderr, flush=True)
         _last_log_line = now
