@@ -266,6 +266,7 @@ class GRPOConfig:
     micro_batch_samples: int = 8  # training rows per forward/backward pass per process
     inner_epochs: int = 1  # passes over each update's rollouts
     pack_samples: bool = True  # lay a micro-batch's samples end to end in rows with their own position ids (no padding computed; logits only where a loss token is predicted); models whose attention cannot keep packed samples apart fall back to padded rows
+    share_prefixes: bool = True  # packed micro-batches lay a prefix that several samples open with (the system prompt, a task's objective, earlier turns) out once: each sample's remaining tokens attend to it through a block mask, so per-turn samples cost about half the compute; needs an attention that takes a 4D mask (sdpa, eager; checked once, else packed without sharing)
     temperature: float = 1.0  # sampling temperature of the rollouts (the loss scores tokens at it); must be > 0
     greedy_samples: int = 0  # members of each task's group decoded greedily (the rest sample at grpo.temperature), so the group compares the greedy behaviour that evaluation measures with the policy's explorations (a self-critical baseline inside the group); 0 <= greedy_samples < group_size; backends other than hf need grpo.old_logprobs=recompute
     learning_rate: float = 1e-6  # actor AdamW learning rate

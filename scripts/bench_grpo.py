@@ -229,7 +229,7 @@ def measure(phases: dict, rounds: int, device: str) -> dict[str, float]:
 
 def bench(size: str, samples_of, args, device: str, rounds: int) -> dict:
     from evoharness_rl.grpo import batch as B
-    from evoharness_rl.grpo.trainer import optimizer_step, packs, score_samples
+    from evoharness_rl.grpo.trainer import layout, optimizer_step, score_samples
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = build_model(size, device, dtype)
@@ -247,11 +247,11 @@ def bench(size: str, samples_of, args, device: str, rounds: int) -> dict:
     run = grpo_run(model, reference, device, args.micro_batch)
     seconds = measure({"plain": plain, "update": lambda: optimizer_step(run, samples),
                        "ref": lambda: score_samples(run, samples)}, rounds, device)
-    layout = [B.build(rows, 0, packs(run)) for rows in B.micro_batches(samples, args.micro_batch)]
+    batches = [B.build(rows, 0, layout(run)) for rows in B.micro_batches(samples, args.micro_batch, layout(run))]
     out = {"size": size, "params_m": params / 1e6, "samples": len(samples), "tokens_per_step": tokens,
            "loss_tokens_per_step": sum(s.loss_tokens for s in samples),
-           "longest": max(len(s.input_ids) for s in samples), "packed": packs(run),
-           "positions_per_token": sum(b.input_ids.numel() for b in layout) / tokens}  # > 1: padding the update computes
+           "longest": max(len(s.input_ids) for s in samples), "layout": layout(run),
+           "positions_per_token": sum(b.input_ids.numel() for b in batches) / tokens}  # > 1: padding the update computes
     for kind in ("update", "ref"):
         out[f"{kind}_tokens_per_s"] = tokens / seconds[kind]
     out["plain_fwd_bwd_tokens_per_s"] = tokens / seconds["plain"]

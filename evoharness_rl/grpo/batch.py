@@ -12,9 +12,17 @@ Units (every batch knob names its unit):
 - mini-batch: `grpo.mini_batch_trajectories` trajectories (global) per optimizer step;
 - micro-batch: at most `grpo.micro_batch_samples` rows per forward/backward, per process.
 
-Two layouts of a micro-batch, the same [B, K] loss tensors (B samples, the last K tokens of
-each, right-aligned):
-- packed (`pack`, `grpo.pack_samples`, where the model supports it -- `policy.packing_works`):
+Three layouts of a micro-batch (`LAYOUTS`), the same [B, K] loss tensors (B samples, the last K
+tokens of each, right-aligned):
+- shared (`pack(share_prefixes=True)`, `grpo.share_prefixes`, the default where the model's
+  attention takes a 4D mask -- `policy.layout_works`): packed as below, but samples that open
+  with the same tokens (per-turn samples: the system prompt, the task's objective; the samples
+  of one micro-batch are taken in token order) form a unit whose common prefix is laid out once,
+  then each member's remaining tokens with positions continuing the prefix's. A [R, 1, W, W]
+  block mask lets every member attend to the prefix and, causally, to itself, so each token
+  sees exactly what it saw alone. On the diagnostics' per-turn samples this halves the tokens
+  the model reads;
+- packed (`pack`, `grpo.pack_samples`, where the model supports it -- `policy.layout_works`):
   samples are laid end to end in rows as wide as the longest one (first-fit decreasing),
   each restarting its position ids at 0 and no attention mask, so the model's attention
   keeps every sample to itself (transformers reads packed sequences from the position ids:
@@ -201,7 +209,8 @@ class MicroBatch:
     """Model inputs of up to `micro_batch_samples` samples (padded or packed) and their [B, K] loss tensors."""
 
     input_ids: torch.Tensor  # [B, L] padded | [R, W] packed rows
-    attention_mask: Optional[torch.Tensor]  # [B, L] 1 on real tokens | None when packed (the position ids tell)
+    attention_mask: Optional[torch.Tensor]  # [B, L] 1 on real tokens | packed: None (the position ids tell), or with
+    #   shared prefixes the [R, 1, W, W] bool block mask
     position_ids: torch.Tensor  # [B, L] | [R, W]: 0-based positions within each sample
     targets: torch.Tensor  # [B, K] the last K tokens of each sample (what the kept logits predict)
     loss_mask: torch.Tensor  # [B, K] 1 on policy tokens
@@ -262,41 +271,65 @@ def collate(samples: list[Sample], pad_id: int) -> MicroBatch:
 
 
 SHARE_ROWS_GAIN = 1.25  # samples share rows only when that needs this many times fewer rows than one per row
+MIN_SHARED_PREFIX = 8  # tokens: a shorter common prefix is not worth a block mask
 
 
-def pack(samples: list[Sample], pad_id: int) -> MicroBatch:
-    """Lay `samples` end to end in rows as wide as the longest (first-fit decreasing); see module docstring."""
+def pack(samples: list[Sample], pad_id: int, share_prefixes: bool = False) -> MicroBatch:
+    """Lay `samples` end to end in rows as wide as the longest (first-fit decreasing); see module docstring.
+
+    `share_prefixes`: samples that begin with the same tokens (the system prompt, a task's objective) form a unit
+    whose common prefix is laid out once, followed by each member's suffix; a [R, 1, W, W] block mask lets every
+    suffix attend to its unit's prefix and, causally, to itself (`_prefix_units`, `_block_mask`).
+    """
     W = max(len(s.input_ids) for s in samples)
-    rows: list[list[int]] = []  # sample indices per row
+    units = _prefix_units(samples, W) if share_prefixes else [(0, [i]) for i in range(len(samples))]
+    widths = [P + sum(len(samples[i].input_ids) - P for i in members) for P, members in units]
+    rows: list[list[int]] = []  # unit indices per row
     room: list[int] = []
-    for i in sorted(range(len(samples)), key=lambda i: -len(samples[i].input_ids)):
-        n = len(samples[i].input_ids)
-        r = next((r for r, free in enumerate(room) if free >= n), None)
+    for u in sorted(range(len(units)), key=lambda u: -widths[u]):
+        r = next((r for r, free in enumerate(room) if free >= widths[u]), None)
         if r is None:
             rows.append([])
             room.append(W)
             r = len(rows) - 1
-        rows[r].append(i)
-        room[r] -= n
-    shared = len(samples) > SHARE_ROWS_GAIN * len(rows)
-    if not shared:  # one sample per row: no row holds two samples, so plain causal attention needs no mask
-        rows = [[i] for r in rows for i in r]
+        rows[r].append(u)
+        room[r] -= widths[u]
+    if len(units) <= SHARE_ROWS_GAIN * len(rows):  # a unit per row: a row without a shared prefix needs no mask
+        rows = [[u] for r in rows for u in r]
     ids: list[list[int]] = []
     positions: list[list[int]] = []
-    start: dict[int, int] = {}  # sample -> its first position in the flattened rows
+    segments: list[list[int]] = []  # the segment of every position: a prefix, a suffix, or one padding position
+    prefix_of: list[list[int]] = []  # the segment of the prefix a suffix position also attends to (-1: none)
+    start: dict[int, int] = {}  # sample -> where its token 0 would sit in the flattened rows (its token t >= P at +t)
     for r, members in enumerate(rows):
         row_ids: list[int] = []
         row_positions: list[int] = []
-        for i in members:
-            start[i] = r * W + len(row_ids)
-            row_ids += samples[i].input_ids
-            row_positions += range(len(samples[i].input_ids))
+        row_segments: list[int] = []
+        row_prefix: list[int] = []
+        for u in members:
+            P, unit = units[u]
+            prefix_segment = r * W + len(row_ids)  # a segment is named by its first flat position
+            if P:
+                row_ids += samples[unit[0]].input_ids[:P]
+                row_positions += range(P)
+                row_segments += [prefix_segment] * P
+                row_prefix += [-1] * P
+            for i in unit:
+                n = len(samples[i].input_ids)
+                start[i] = r * W + len(row_ids) - P
+                row_segments += [r * W + len(row_ids)] * (n - P)
+                row_ids += samples[i].input_ids[P:]
+                row_positions += range(P, n)
+                row_prefix += [prefix_segment if P else -1] * (n - P)
         tail = W - len(row_ids)
         ids.append(row_ids + [pad_id] * tail)
+        own_row = len(members) == 1 and units[members[0]][0] == 0
         # Shared rows: the tail padding is a segment of its own. Own rows: it continues the sample's positions,
         # so every row reads as one sequence and the model uses its plain causal attention (the padding comes
         # after every real token, which therefore never sees it).
-        positions.append(row_positions + list(range(tail)) if shared else list(range(W)))
+        positions.append(list(range(W)) if own_row else row_positions + list(range(tail)))
+        segments.append(row_segments + ([row_segments[0]] * tail if own_row else list(range(r * W + W - tail, r * W + W))))
+        prefix_of.append(row_prefix + [-1] * tail)
     K, window = _loss_window(samples)
     # Positions (in the flattened [R * W] rows) that predict a loss token: position p predicts the token at p + 1.
     wanted: list[tuple[int, int, int]] = []  # (sample, K column, predicting position)
@@ -311,15 +344,65 @@ def pack(samples: list[Sample], pad_id: int) -> MicroBatch:
     gather = [[0] * K for _ in samples]
     for i, j, p in wanted:
         gather[i][j] = at[p]
-    return MicroBatch(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=None,
+    shared = any(P for P, _ in units)
+    return MicroBatch(input_ids=torch.tensor(ids, dtype=torch.long),
+                      attention_mask=_block_mask(segments, prefix_of) if shared else None,
                       position_ids=torch.tensor(positions, dtype=torch.long),
                       keep_positions=torch.tensor(kept, dtype=torch.long), gather=torch.tensor(gather, dtype=torch.long),
-                      tokens=sum(len(s.input_ids) for s in samples), **window)
+                      tokens=sum(widths), **window)
 
 
-def build(samples: list[Sample], pad_id: int, packed: bool) -> MicroBatch:
-    """The micro-batch of `samples`: packed when the model supports it (`policy.packing_works`), else padded."""
-    return pack(samples, pad_id) if packed else collate(samples, pad_id)
+def _prefix_units(samples: list[Sample], width: int) -> list[tuple[int, list[int]]]:
+    """(shared prefix length P, member samples) units, greedily over the samples in token order.
+
+    A prefix ends before the position that predicts its members' first loss token, so every prediction is made
+    in a suffix. A sample joins the unit before it when the unit stays within `width` and sharing saves tokens:
+    the shorter common prefix costs every member the tokens it no longer shares.
+    """
+    order = sorted(range(len(samples)), key=lambda i: samples[i].input_ids)
+    units: list[tuple[int, list[int]]] = []
+    for i in order:
+        ids, mask = samples[i].input_ids, samples[i].loss_mask
+        own = mask.index(1) - 1 if 1 in mask else 0  # the longest prefix this sample can share
+        if units:
+            P, members = units[-1]
+            first = samples[members[0]].input_ids
+            common = min(P, own, _common_prefix(first, ids))
+            width_after = common + sum(len(samples[m].input_ids) - common for m in members) + len(ids) - common
+            if common >= MIN_SHARED_PREFIX and width_after <= width and common > (P - common) * len(members):
+                units[-1] = (common, members + [i])
+                continue
+        units.append((own, [i]))
+    return [(P if len(members) > 1 else 0, members) for P, members in units]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _block_mask(segments: list[list[int]], prefix_of: list[list[int]]) -> torch.Tensor:
+    """[R, 1, W, W] bool, True where query q may attend to key k: k <= q in q's own segment, or k in q's prefix."""
+    seg = torch.tensor(segments, dtype=torch.long)
+    pre = torch.tensor(prefix_of, dtype=torch.long)
+    W = seg.shape[1]
+    causal = torch.ones(W, W, dtype=torch.bool).tril()
+    mask = ((seg[:, :, None] == seg[:, None, :]) & causal) | (pre[:, :, None] == seg[:, None, :])
+    return mask[:, None]
+
+
+def build(samples: list[Sample], pad_id: int, layout: str) -> MicroBatch:
+    """The micro-batch of `samples` in `layout` (`LAYOUTS`; trainer.layout picks it)."""
+    if layout == "padded":
+        return collate(samples, pad_id)
+    return pack(samples, pad_id, share_prefixes=layout == "shared")
+
+
+LAYOUTS = ("padded", "packed", "shared")  # shared: packed, with common prefixes laid out once
 
 
 def padding_sample(pad_id: int) -> Sample:
@@ -345,7 +428,8 @@ def mini_batches(
     return [[s for t in order[bounds[i]:bounds[i + 1]] for s in by_traj.get(t, [])] for i in range(n)]
 
 
-def micro_batches(samples: list[Sample], rows: int) -> list[list[Sample]]:
-    """Chunks of at most `rows` samples, sorted by length so rows of similar length share padding."""
-    ordered = sorted(samples, key=lambda s: len(s.input_ids))
+def micro_batches(samples: list[Sample], rows: int, layout: str = "packed") -> list[list[Sample]]:
+    """Chunks of at most `rows` samples, sorted by length so rows of similar length share padding (the shared
+    layout: in token order, so samples with a common prefix land in one chunk)."""
+    ordered = sorted(samples, key=(lambda s: s.input_ids) if layout == "shared" else (lambda s: len(s.input_ids)))
     return [ordered[i:i + rows] for i in range(0, len(ordered), rows)]

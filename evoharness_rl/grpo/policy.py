@@ -122,38 +122,52 @@ def _packed_logprobs(model, batch: MicroBatch, entropy: str, temperature: float
     """Packed rows (batch.py): the LM head sees only the positions that predict a loss token, whose values are
     then put at their [B, K] slots."""
     with only_positions(model, batch.keep_positions):
-        out = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False)
-        # no attention mask: the position ids mark where each sample starts
+        # No attention mask: the position ids mark where each sample starts. Shared prefixes: the block mask.
+        out = model(input_ids=batch.input_ids, position_ids=batch.position_ids, use_cache=False,
+                    attention_mask=_for_attention(model, batch.attention_mask))
     targets = batch.input_ids.reshape(-1)[batch.keep_positions + 1]  # [N]: position p predicts p + 1
     logp, ent = _row_logprobs(out.logits, targets[None], entropy, temperature)  # [1, N] x2
     logp = logp[0][batch.gather]  # [B, K] (slots without a loss token hold any value; the mask drops them)
     return logp, (ent[0][batch.gather] if ent is not None else None)
 
 
-_PACKING: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> packed rows work (checked once)
+def _for_attention(model, mask: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """A bool block mask as the model's attention takes it: sdpa reads bool, eager adds a float mask."""
+    if mask is None or _unwrap(model).config._attn_implementation != "eager":
+        return mask
+    dtype = next(model.parameters()).dtype
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, torch.finfo(dtype).min)
+
+
+_LAYOUTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {layout: works} (checked once)
 
 
 @torch.no_grad()
-def packing_works(model) -> bool:
-    """Whether `model` keeps packed samples apart (transformers' packed-sequence masks / varlen attention).
+def layout_works(model, layout: str) -> bool:
+    """Whether `model` gives packed micro-batches (batch.LAYOUTS) the padded layout's logprobs.
 
-    Checked once per model on two short samples against the padded layout; a model whose
-    attention ignores packed position ids (older or remote-code architectures) fails the
-    check and trains on padded micro-batches instead.
+    "packed" needs transformers' packed-sequence masks or varlen attention (from the position ids); "shared" needs
+    an attention that takes a custom 4D mask (sdpa, eager; not flash-attention). Checked once per model and layout
+    on a few short samples against the padded layout; a model that fails trains on the next simpler layout.
     """
-    key = model
-    if key not in _PACKING:
-        from evoharness_rl.grpo.batch import Sample, collate, pack
+    if layout == "padded":
+        return True
+    works = _LAYOUTS.setdefault(model, {})
+    if layout not in works:
+        from evoharness_rl.grpo.batch import MIN_SHARED_PREFIX, Sample, build, collate
 
+        shared = list(range(20, 20 + MIN_SHARED_PREFIX))  # two samples open with these tokens
         samples = [Sample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], [0.0] * 5, 0.0, 0),
                    Sample([10, 11, 12], [0, 1, 1], [0.0] * 3, 0.0, 1),
-                   Sample([13, 14], [0, 1], [0.0] * 2, 0.0, 2)]  # two of them share a packed row
+                   Sample([13, 14], [0, 1], [0.0] * 2, 0.0, 2),  # shares a packed row with the one before
+                   Sample(shared + [15, 16, 17], [0] * MIN_SHARED_PREFIX + [0, 1, 1], [0.0] * 11, 0.0, 3),
+                   Sample(shared + [18, 19], [0] * MIN_SHARED_PREFIX + [1, 1], [0.0] * 10, 0.0, 4)]
         device = next(model.parameters()).device
         try:
-            packed = token_logprobs(model, pack(samples, 0).to(device))[0]
+            packed = token_logprobs(model, build(samples, 0, layout).to(device))[0]
             padded = token_logprobs(model, collate(samples, 0).to(device))[0]
             mask = collate(samples, 0).loss_mask.bool().to(device)
-            _PACKING[key] = bool(torch.allclose(packed[mask].float(), padded[mask].float(), atol=1e-3))
-        except Exception:  # noqa: BLE001 - any model that cannot take the packed inputs trains padded
-            _PACKING[key] = False
-    return _PACKING[key]
+            works[layout] = bool(torch.allclose(packed[mask].float(), padded[mask].float(), atol=1e-3))
+        except Exception:  # noqa: BLE001 - any model that cannot take the packed inputs trains on a simpler layout
+            works[layout] = False
+    return works[layout]

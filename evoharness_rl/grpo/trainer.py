@@ -62,7 +62,7 @@ from evoharness_rl.grpo import core
 from evoharness_rl.grpo.estimators import check_adv_est
 from evoharness_rl.grpo.build import Run, setup, sharded
 from evoharness_rl.grpo.metrics import StatSums, gather_objects, memory_metrics, rollout_metrics
-from evoharness_rl.grpo.policy import packing_works, token_logprobs
+from evoharness_rl.grpo.policy import layout_works, token_logprobs
 from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 
@@ -306,9 +306,9 @@ def score_samples(run: Run, samples: list[B.Sample]) -> None:
     recompute = run.cfg.grpo.old_logprobs == "recompute"
     if run.reference is None and not recompute:
         return
-    pad_id, temperature, packed = run.tokenizer.pad_token_id, run.cfg.grpo.temperature, packs(run)
-    for rows in B.micro_batches(samples, run.plan.micro_batch_samples):
-        batch = B.build(rows, pad_id, packed).to(run.accelerator.device)
+    pad_id, temperature, shape = run.tokenizer.pad_token_id, run.cfg.grpo.temperature, layout(run)
+    for rows in B.micro_batches(samples, run.plan.micro_batch_samples, shape):
+        batch = B.build(rows, pad_id, shape).to(run.accelerator.device)
         ref = run.reference.logprobs(batch).float().cpu().tolist() if run.reference is not None else None  # [B, K]
         old = token_logprobs(run.model, batch, "none", temperature)[0].float().cpu().tolist() if recompute else None
         for row, sample in enumerate(rows):
@@ -323,9 +323,12 @@ def score_samples(run: Run, samples: list[B.Sample]) -> None:
                         sample.old_logprobs[n - k + j] = old[row][j]
 
 
-def packs(run: Run) -> bool:
-    """Micro-batches are packed (grpo.pack_samples, where the model supports it) or padded."""
-    return run.cfg.grpo.pack_samples and packing_works(run.model)
+def layout(run: Run) -> str:
+    """How micro-batches are laid out (batch.LAYOUTS): the one grpo.pack_samples and grpo.share_prefixes ask for,
+    or the next simpler one the model's attention supports (policy.layout_works, checked once)."""
+    g = run.cfg.grpo
+    wanted = ("shared" if g.share_prefixes else "packed") if g.pack_samples else "padded"
+    return next(shape for shape in B.LAYOUTS[B.LAYOUTS.index(wanted)::-1] if layout_works(run.model, shape))
 
 
 def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
@@ -338,13 +341,13 @@ def optimizer_step(run: Run, samples: list[B.Sample]) -> "StatSums":
     """
     cfg, acc, sums = run.cfg, run.accelerator, StatSums()
     pad_id = run.tokenizer.pad_token_id
-    micro = B.micro_batches(samples, run.plan.micro_batch_samples)
+    shape = layout(run)
+    micro = B.micro_batches(samples, run.plan.micro_batch_samples, shape)
     n_micro, denom = _agree_on_sizes(run, micro)
     if denom == 0:
         return sums  # no process has a loss token in this mini-batch: nothing to learn
     micro += [[B.padding_sample(pad_id)]] * (n_micro - len(micro))
-    packed = packs(run)
-    batches = [B.build(rows, pad_id, packed).to(acc.device) for rows in micro]  # every host-to-device copy up front
+    batches = [B.build(rows, pad_id, shape).to(acc.device) for rows in micro]  # every host-to-device copy up front
     t0 = time.monotonic()
     step_stats = []  # per micro-batch 0-d tensors: copied to the host once, after the loop
     with accumulation(acc, n_micro):
@@ -489,7 +492,7 @@ def check_sync(run: Run, before: Optional[list[float]]) -> dict:
     after = run.engine.backend.score(prompt, completion)
     n = len(prompt) + len(completion)
     sample = B.Sample(prompt + completion, [0] * len(prompt) + [1] * len(completion), [0.0] * n, 0.0, 0)
-    batch = B.build([sample], run.tokenizer.pad_token_id, packs(run)).to(run.accelerator.device)
+    batch = B.build([sample], run.tokenizer.pad_token_id, layout(run)).to(run.accelerator.device)
     trainer = token_logprobs(run.model, batch, "none", 1.0)[0][0, -len(completion):].float().cpu().tolist()
     return {"sync/engine_vs_trainer": max(abs(a - b) for a, b in zip(after, trainer)),
             "sync/engine_change": max(abs(a - b) for a, b in zip(after, before)),

@@ -166,10 +166,10 @@ def test_pack_lays_samples_end_to_end_with_their_own_positions():
 def test_packed_logprobs_equal_the_padded_ones(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from evoharness_rl.grpo.policy import packing_works
+    from evoharness_rl.grpo.policy import layout_works
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    assert packing_works(model)
+    assert layout_works(model, "packed")
     rows = _mixed_samples(9)
     packed, padded = B.pack(rows, pad_id=3), B.collate(rows, pad_id=3)
     assert packed.input_ids.numel() < padded.input_ids.numel()  # less padding computed
@@ -180,3 +180,108 @@ def test_packed_logprobs_equal_the_padded_ones(tiny_model_dir):
             lp_padded, ent_padded = token_logprobs(model, padded, "detached", temperature)
             assert (lp_packed[mask] - lp_padded[mask]).abs().max() <= 1e-5
             assert (ent_packed[mask] - ent_padded[mask]).abs().max() <= 1e-5
+
+
+def _turns_of_tasks(tasks: int, turns: int, seed: int = 0) -> list:
+    """Per-turn rows as a rollout makes them: one system prompt, then each task's objective, then the turn's own
+    observation and completion."""
+    g = torch.Generator().manual_seed(seed)
+    system = torch.randint(5, 300, (20,), generator=g).tolist()
+    rows = []
+    for task in range(tasks):
+        objective = torch.randint(5, 300, (12,), generator=g).tolist()
+        for turn in range(turns):
+            own = torch.randint(5, 300, (int(torch.randint(2, 15, (1,), generator=g)),), generator=g).tolist()
+            n_completion = int(torch.randint(1, 6, (1,), generator=g))
+            ids = system + objective + own + torch.randint(5, 300, (n_completion,), generator=g).tolist()
+            mask = [0] * (len(ids) - n_completion) + [1] * n_completion
+            old = [-0.1 * m for m in mask]
+            rows.append(B.Sample(ids, mask, old, 1.0 - task % 2, task * turns + turn))
+    return rows
+
+
+def test_shared_layout_lays_a_common_prefix_out_once():
+    shared = list(range(100, 110))
+    rows = [B.Sample(shared + [1, 2, 3], [0] * 11 + [1, 1], [0.0] * 11 + [-1.0, -2.0], 1.0, 0),
+            B.Sample(shared + [4, 5], [0] * 11 + [1], [0.0] * 11 + [-3.0], -1.0, 1),
+            B.Sample([7, 8, 9], [0, 1, 0], [0, -4.0, 0], 0.5, 2),
+            B.Sample(list(range(100, 121)), [0] * 20 + [1], [0.0] * 20 + [-5.0], 0.0, 3)]
+    mb = B.pack(rows, pad_id=0, share_prefixes=True)
+    # Width 21 (the longest sample, alone in row 0). Row 1: the 10 shared tokens once, the two suffixes with
+    # positions going on from 10, then sample 2 in a segment of its own, then 3 padding positions.
+    assert mb.input_ids.tolist()[1] == shared + [1, 2, 3, 4, 5, 7, 8, 9, 0, 0, 0]
+    assert mb.position_ids.tolist()[1] == list(range(13)) + [10, 11, 0, 1, 2, 0, 1, 2]
+    assert mb.tokens == 21 + 18  # each token the model reads, the shared ones once
+    mask = mb.attention_mask[1, 0]
+    assert mb.attention_mask.shape == (2, 1, 21, 21) and mask.dtype == torch.bool
+    assert mask[13].nonzero().flatten().tolist() == list(range(10)) + [13]  # sample 1's first suffix token
+    assert mask[12].nonzero().flatten().tolist() == list(range(13))  # sample 0: its prefix, then causal
+    assert mask[17].nonzero().flatten().tolist() == [15, 16, 17]  # sample 2 sees itself only
+    assert mask[19].nonzero().flatten().tolist() == [19]  # a padding position: itself (no empty softmax row)
+    assert mb.attention_mask[0, 0].equal(torch.ones(21, 21, dtype=torch.bool).tril())  # row 0: plain causal
+    # Every loss token is predicted from its own suffix: 0's two tokens by 10 + 21 and 11 + 21, 1's by 13 + 21.
+    assert [int(mb.keep_positions[mb.gather[i, j]]) for i, j in ((0, 0), (0, 1), (1, 1))] == [31, 32, 34]
+    padded = B.collate(rows, pad_id=0)
+    for name in ("loss_mask", "old_logp", "adv"):
+        assert torch.equal(getattr(mb, name), getattr(padded, name))
+
+
+def test_prefixes_shared_only_when_they_save_tokens():
+    rows = _turns_of_tasks(tasks=3, turns=4)
+    units = B._prefix_units(rows, max(len(s.input_ids) for s in rows))
+    for P, members in units:
+        if len(members) > 1:  # every unit's prefix is common to its members and ends before their first loss token
+            assert P >= B.MIN_SHARED_PREFIX
+            assert all(rows[m].input_ids[:P] == rows[members[0]].input_ids[:P] for m in members)
+            assert all(rows[m].loss_mask.index(1) > P for m in members)
+    assert sorted(m for _, members in units for m in members) == list(range(len(rows)))
+    saved = sum(P * (len(members) - 1) for P, members in units)
+    assert saved > 0 and B.pack(rows, 0, share_prefixes=True).tokens == sum(len(s.input_ids) for s in rows) - saved
+    # No two samples open alike: nothing shared, the packed layout exactly.
+    alone = _mixed_samples(9)
+    assert all(len(members) == 1 for _, members in B._prefix_units(alone, 50))
+    assert B.pack(alone, 0, share_prefixes=True).attention_mask is None
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_shared_logprobs_and_gradients_equal_the_padded_ones(tiny_model_dir, attention):
+    from transformers import AutoModelForCausalLM
+
+    from evoharness_rl.grpo.policy import layout_works
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation=attention)
+    assert layout_works(model, "shared")
+    rows = _turns_of_tasks(tasks=3, turns=4) + _mixed_samples(3)
+    shared, padded = B.pack(rows, 0, share_prefixes=True), B.collate(rows, 0)
+    assert shared.attention_mask is not None
+    mask = padded.loss_mask.bool()
+    grads = []
+    for batch in (shared, padded):
+        model.zero_grad()
+        lp, ent = token_logprobs(model, batch, "detached", 0.7)
+        (lp * mask).sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+        if batch is shared:
+            lp_shared, ent_shared = lp.detach(), ent
+    assert (lp_shared[mask] - lp.detach()[mask]).abs().max() <= 1e-5
+    assert (ent_shared[mask] - ent[mask]).abs().max() <= 1e-5
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+
+
+def test_layout_falls_back_to_what_the_model_supports(monkeypatch):
+    from types import SimpleNamespace
+
+    from evoharness_rl.grpo import trainer
+
+    supported = {"padded"}
+    monkeypatch.setattr(trainer, "layout_works", lambda model, shape: shape in supported)
+    run = SimpleNamespace(model=None, cfg=SimpleNamespace(grpo=GRPOConfig()))
+    assert trainer.layout(run) == "padded"  # neither packed layout works: padded rows
+    supported.add("packed")
+    assert trainer.layout(run) == "packed"  # no 4D masks (flash attention): packed without sharing
+    supported.add("shared")
+    assert trainer.layout(run) == "shared"
+    run.cfg.grpo.share_prefixes = False
+    assert trainer.layout(run) == "packed"
+    run.cfg.grpo.pack_samples = False
+    assert trainer.layout(run) == "padded"
