@@ -8,8 +8,8 @@ response is tokenised with the tiny model's tokenizer, and the trajectories go i
 `--mini-batch` trajectories, as the trainer cuts them:
 
 - `diagnostics`: `make diagnostics`'s tasks and settings (configs/experiment/diagnostics.yaml);
-- `alfworld`: `make demo`'s ALFWorld games and settings (configs/experiment/demo.yaml; the games are
-  generated into `--data-dir` first).
+- `alfworld`: `make demo`'s ALFWorld games and settings (configs/experiment/demo.yaml; 48 train
+  games, generated into `--data-dir` first).
 
 An update is the trainer's two passes over every mini-batch: `score_samples` (the reference
 logprobs) and `optimizer_step` (forward, backward, AdamW), once with `grpo.share_prefixes=false`
@@ -33,7 +33,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_grpo import build_model, grpo_run  # noqa: E402  (scripts/ is not a package)
 
-ENVS = {"diagnostics": ["experiment=diagnostics"], "alfworld": ["experiment=demo"]}
+ENVS = {"diagnostics": ["experiment=diagnostics"],
+        # the demo's games and settings; 48 train games are enough for one update's episodes
+        "alfworld": ["experiment=demo", "env.alfworld.train_games=48", "env.alfworld.valid_seen_games=2",
+                     "env.alfworld.valid_unseen_games=2", "env.num_workers=1"]}
 
 
 def parse_args() -> argparse.Namespace:

@@ -75,13 +75,15 @@ for seed in $SEEDS; do
       "experience.bank=$BANK" "out_dir=$D/grpo_${mode}_s$seed" resume=true
   done
 done
-finished
 
 # evaluate <name> <model dir> <mode> <bank file or null>: greedy, every valid_seen task of every task and variant.
+# Each evaluation starts as soon as its GRPO run is done (on a core the last GRPO runs leave free).
 evaluate() {
   local name=$1 model=$2 mode=$3 bank=$4
-  [ -f "$D/eval/$name/summary.json" ] || launch "eval_$name" "${CLI[@]}" eval "${COMMON[@]}" "model.path=$model" \
-    policy=hf split=valid_seen "harness.mode=$mode" "experience.bank=$bank" "out_dir=$D/eval/$name"
+  [ -f "$D/eval/$name/summary.json" ] && return
+  after "$model/config.json" "$(basename "$(dirname "$model")")"
+  launch "eval_$name" "${CLI[@]}" eval "${COMMON[@]}" "model.path=$model" policy=hf split=valid_seen \
+    "harness.mode=$mode" "experience.bank=$bank" "out_dir=$D/eval/$name"
 }
 for seed in $SEEDS; do
   for mode in $MODES; do

@@ -142,6 +142,19 @@ def _for_attention(model, mask: Optional[torch.Tensor]) -> Optional[torch.Tensor
 _LAYOUTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> {layout: works} (checked once)
 
 
+def layout_check_samples() -> list:
+    """`layout_works`'s samples: three of them share rows when packed, four share a 16-token prefix."""
+    from evoharness_rl.grpo.batch import Sample
+
+    prefix = list(range(20, 36))
+    opened = [prefix + [15, 16], prefix + [17, 18], prefix + [19], prefix + [37, 38]]
+    return [Sample(list(range(40, 72)), [0] * 30 + [1, 1], [0.0] * 32, 0.0, 0),  # the longest: rows of 32
+            Sample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], [0.0] * 5, 0.0, 1),
+            Sample([10, 11, 12], [0, 1, 1], [0.0] * 3, 0.0, 2),
+            Sample([13, 14], [0, 1], [0.0] * 2, 0.0, 3)] + [
+        Sample(ids, [0] * 17 + [1] * (len(ids) - 17), [0.0] * len(ids), 0.0, 4 + i) for i, ids in enumerate(opened)]
+
+
 @torch.no_grad()
 def layout_works(model, layout: str) -> bool:
     """Whether `model` gives packed micro-batches (batch.LAYOUTS) the padded layout's logprobs.
@@ -154,14 +167,9 @@ def layout_works(model, layout: str) -> bool:
         return True
     works = _LAYOUTS.setdefault(model, {})
     if layout not in works:
-        from evoharness_rl.grpo.batch import MIN_SHARED_PREFIX, Sample, build, collate
+        from evoharness_rl.grpo.batch import build, collate
 
-        shared = list(range(20, 20 + MIN_SHARED_PREFIX))  # two samples open with these tokens
-        samples = [Sample([5, 6, 7, 8, 9], [0, 0, 1, 1, 1], [0.0] * 5, 0.0, 0),
-                   Sample([10, 11, 12], [0, 1, 1], [0.0] * 3, 0.0, 1),
-                   Sample([13, 14], [0, 1], [0.0] * 2, 0.0, 2),  # shares a packed row with the one before
-                   Sample(shared + [15, 16, 17], [0] * MIN_SHARED_PREFIX + [0, 1, 1], [0.0] * 11, 0.0, 3),
-                   Sample(shared + [18, 19], [0] * MIN_SHARED_PREFIX + [1, 1], [0.0] * 10, 0.0, 4)]
+        samples = layout_check_samples()
         device = next(model.parameters()).device
         try:
             packed = token_logprobs(model, build(samples, 0, layout).to(device))[0]

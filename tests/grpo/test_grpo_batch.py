@@ -184,19 +184,21 @@ def test_packed_logprobs_equal_the_padded_ones(tiny_model_dir):
 
 def _turns_of_tasks(tasks: int, turns: int, seed: int = 0) -> list:
     """Per-turn rows as a rollout makes them: one system prompt, then each task's objective, then the turn's own
-    observation and completion."""
+    observation and completion; and one long row of another kind (an accumulated one), which sets the row width."""
     g = torch.Generator().manual_seed(seed)
-    system = torch.randint(5, 300, (20,), generator=g).tolist()
+    system = torch.randint(5, 300, (40,), generator=g).tolist()
     rows = []
     for task in range(tasks):
-        objective = torch.randint(5, 300, (12,), generator=g).tolist()
+        objective = torch.randint(5, 300, (20,), generator=g).tolist()
         for turn in range(turns):
-            own = torch.randint(5, 300, (int(torch.randint(2, 15, (1,), generator=g)),), generator=g).tolist()
-            n_completion = int(torch.randint(1, 6, (1,), generator=g))
+            own = torch.randint(5, 300, (int(torch.randint(2, 10, (1,), generator=g)),), generator=g).tolist()
+            n_completion = int(torch.randint(1, 4, (1,), generator=g))
             ids = system + objective + own + torch.randint(5, 300, (n_completion,), generator=g).tolist()
             mask = [0] * (len(ids) - n_completion) + [1] * n_completion
             old = [-0.1 * m for m in mask]
             rows.append(B.Sample(ids, mask, old, 1.0 - task % 2, task * turns + turn))
+    ids = torch.randint(5, 300, (110,), generator=g).tolist()
+    rows.append(B.Sample(ids, [0] * 100 + [1] * 10, [0.0] * 100 + [-0.2] * 10, 0.5, tasks * turns))
     return rows
 
 
@@ -241,6 +243,21 @@ def test_prefixes_shared_only_when_they_save_tokens():
     alone = _mixed_samples(9)
     assert all(len(members) == 1 for _, members in B._prefix_units(alone, 50))
     assert B.pack(alone, 0, share_prefixes=True).attention_mask is None
+
+
+def test_the_layout_check_takes_the_shared_path():
+    from evoharness_rl.grpo.policy import layout_check_samples
+
+    samples = layout_check_samples()
+    assert B.pack(samples, 0, share_prefixes=True).attention_mask is not None  # the check exercises the block mask
+    assert B.pack(samples, 0).position_ids[1].tolist() != list(range(32))  # ... and packed rows shared by samples
+
+
+def test_prefixes_too_short_to_pay_for_the_mask_are_not_shared():
+    # Per-turn rows that share only 9 tokens of ~40: a unit saves too few rows for the block mask.
+    rows = [B.Sample(list(range(100, 109)) + [300 + i] * 30, [0] * 37 + [1, 1], [0.0] * 39, 0.0, i) for i in range(6)]
+    assert B.pack(rows, 0, share_prefixes=True).attention_mask is None
+    assert [len(c) for c in B.micro_batches(rows, 4, "shared")] == [4, 2]
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
