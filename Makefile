@@ -56,6 +56,7 @@ bench: setup
 	$(PY) scripts/bench_experience.py
 	$(PY) scripts/bench_sft.py
 	$(PY) scripts/bench_grpo.py
+	$(PY) scripts/bench_layouts.py
 
 clean-venv:
 	rm -rf $(VENV)
