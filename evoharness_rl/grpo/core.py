@@ -44,6 +44,21 @@ Policy loss (PPO clipped surrogate, per token t of sequence i):
     kl         = exp(ref_logp - logp) - (ref_logp - logp) - 1      (k3 estimator of KL(pi || pi_ref))
     token_loss = pg_loss + kl_coef * kl - entropy_coef * entropy
 
+Off-policy correction (decoupled PPO, Hilton et al. 2022, as AReaL uses it for asynchronous RL;
+`behaviour_logp` given): a batch sampled by an older policy (grpo.max_staleness > 0) is trained
+against the *proximal* policy -- the policy as it is when the update starts, whose logprobs the
+update's no-grad pass recomputes into `old_logp` -- and each token is reweighted by how much more
+the proximal policy likes it than the behaviour policy that sampled it:
+
+    ratio      = exp(logp - old_logp)                     old_logp: the proximal logprobs
+    is_weight  = min(exp(old_logp - behaviour_logp), is_cap)     (truncated importance weight, no gradient)
+    pg_loss    = is_weight * max(-A_i * ratio, -A_i * clip(ratio, 1 - eps, 1 + eps))
+
+The clip keeps each update within eps of the proximal policy (a trust region around the current
+weights, not the stale ones); the weight corrects the sampling distribution. When the sampler *is*
+the proximal policy, is_weight = 1 and the loss is the synchronous one. `is_clip_frac` reports the
+share of tokens whose weight the cap truncated.
+
 The k3 term is unbounded: one token the policy has moved far from the reference (log-ratio 10 gives
 k3 ~ 22,000) can dominate a mini-batch. With `kl_clamp` (grpo.kl_clamp, as verl's `kl_penalty`) the
 log-ratio ref_logp - logp is clamped to [-20, 20] and k3 to at most 10; a clamped token's KL gradient
@@ -185,18 +200,20 @@ def policy_loss(
     denom: float | None = None,
     traj_tokens: torch.Tensor | None = None,  # [B] agg="traj_mean": loss tokens of each row's whole trajectory
     kl_clamp: bool = True,
+    behaviour_logp: torch.Tensor | None = None,  # [B, L] the sampler's logprobs when old_logp is the proximal policy's
+    is_cap: float = 2.0,  # truncation of the importance weight (behaviour_logp given)
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip loss with k3 KL to the reference and an entropy bonus (see module docstring).
 
     Masked positions never contribute a value or a gradient: log-ratios are zeroed there
     before `exp`, so garbage logprobs on padding cannot produce inf/NaN gradients.
     `denom` overrides the normaliser (see module docstring); None: this batch's own count.
-    `kl_clamp` bounds the k3 term (module docstring).
+    `kl_clamp` bounds the k3 term (module docstring); `behaviour_logp` turns on the off-policy correction.
     Returns (scalar loss, stats) with stats averaged over loss tokens (`ratio_max`: their largest ratio,
     `kl_ref_max`: their largest unclamped k3).
     """
     loss, stats = policy_loss_tensors(logp, old_logp, adv, mask, clip_eps, ref_logp, kl_coef, entropy, entropy_coef,
-                                      agg, denom, traj_tokens, kl_clamp)
+                                      agg, denom, traj_tokens, kl_clamp, behaviour_logp, is_cap)
     return loss, {k: float(v) for k, v in stats.items()}
 
 
@@ -214,6 +231,8 @@ def policy_loss_tensors(
     denom: float | None = None,
     traj_tokens: torch.Tensor | None = None,
     kl_clamp: bool = True,
+    behaviour_logp: torch.Tensor | None = None,
+    is_cap: float = 2.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`policy_loss` with its statistics left as 0-d tensors on the loss's device: the trainer sums them over
     micro-batches and copies them to the host once per optimizer step instead of once per statistic."""
@@ -224,6 +243,8 @@ def policy_loss_tensors(
             f"shape mismatch: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, "
             f"mask {tuple(mask.shape)} must be [B, L] and adv {tuple(adv.shape)} must be [B]"
         )
+    if behaviour_logp is not None and behaviour_logp.shape != logp.shape:
+        raise ValueError(f"shape mismatch: behaviour_logp {tuple(behaviour_logp.shape)} must be logp's {tuple(logp.shape)}")
     if agg == "traj_mean" and (traj_tokens is None or traj_tokens.shape != adv.shape):
         raise ValueError(f"agg='traj_mean' needs traj_tokens [B] (loss tokens of each row's trajectory), got "
                          f"{None if traj_tokens is None else tuple(traj_tokens.shape)}")
@@ -234,6 +255,12 @@ def policy_loss_tensors(
     pg_loss1 = -adv[:, None] * ratio  # [B, L]
     pg_loss2 = -adv[:, None] * torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)  # [B, L]
     token_loss = torch.maximum(pg_loss1, pg_loss2)  # [B, L]
+    is_weight = is_raw = None
+    if behaviour_logp is not None:
+        with torch.no_grad():
+            is_raw = torch.exp(torch.where(mask, old_logp - behaviour_logp, zeros))  # [B, L], 1 off-mask
+            is_weight = is_raw.clamp(max=is_cap)
+        token_loss = is_weight * token_loss
     kl = kl_max = zeros
     if ref_logp is not None:
         ref_log_ratio = torch.where(mask, ref_logp - logp, zeros)  # [B, L]
@@ -265,6 +292,10 @@ def policy_loss_tensors(
             "ratio_max": torch.where(mask, ratio, zeros).max() if mask.numel() else zero,  # 0 when no loss token
             "tokens": mask.sum().to(logp.dtype),
         }
+        if is_weight is not None:
+            stats["is_weight_mean"] = torch.where(mask, is_weight, zeros).sum() / n
+            stats["is_weight_max"] = torch.where(mask, is_raw, zeros).max() if mask.numel() else zero
+            stats["is_clip_frac"] = ((is_raw > is_cap) & mask).sum() / n
     return loss, stats
 
 

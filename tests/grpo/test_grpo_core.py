@@ -107,6 +107,37 @@ def test_policy_loss_clipping_by_hand():
     assert part.item() == pytest.approx(-0.15 / 0.7)
 
 
+def test_off_policy_correction_by_hand():
+    logp, prox, adv, mask = _hand_batch()  # the proximal logprobs are 0 everywhere: the ratios of the test above
+    # Behaviour logprobs: row 0 (0, ln 4, masked) -> weights exp(0 - 0) = 1 and exp(-ln 4) = 0.25;
+    # row 1 (ln 0.5, -ln 3, 0) -> weights 2, 3 (capped at 2) and 1.
+    behaviour = torch.tensor([[0.0, math.log(4.0), -50.0], [math.log(0.5), -math.log(3.0), 0.0]], dtype=torch.float64)
+    loss, stats = core.policy_loss(logp, prox, adv, mask, clip_eps=0.2, behaviour_logp=behaviour, is_cap=2.0)
+    # clipped token losses (test above): row 0 (-1.2, -1), row 1 (1.1, 0.8, 1)
+    # weighted: (-1.2 * 1, -1 * 0.25), (1.1 * 2, 0.8 * 2, 1 * 1) -> sum -1.2 - 0.25 + 2.2 + 1.6 + 1 = 3.35; / 5
+    assert loss.item() == pytest.approx(3.35 / 5)
+    assert stats["is_weight_mean"] == pytest.approx((1 + 0.25 + 2 + 2 + 1) / 5)
+    assert stats["is_weight_max"] == pytest.approx(3.0)  # before the cap: the statistic shows how far off it was
+    assert stats["is_clip_frac"] == pytest.approx(1 / 5)
+    assert stats["clip_frac"] == pytest.approx(2 / 5)  # the clip is against the proximal policy, as without weights
+    # The weight carries no gradient: d loss / d logp of row 1 token 0 (ratio 1.1, unclipped, A = -1) = 2 * 1.1 / 5
+    logp = logp.clone().requires_grad_(True)
+    loss, _ = core.policy_loss(logp, prox, adv, mask, clip_eps=0.2, behaviour_logp=behaviour, is_cap=2.0)
+    (grad,) = torch.autograd.grad(loss, logp)
+    assert grad[1, 0].item() == pytest.approx(2 * 1.1 / 5)
+    assert grad[0, 2].item() == 0.0  # masked: no value, no gradient, even with a behaviour logprob of -50
+
+
+def test_off_policy_correction_is_the_plain_loss_on_policy():
+    logp, old, adv, mask = _hand_batch()
+    ref = torch.tensor([[0.5, -0.5, 0.0], [0.2, 0.1, -0.3]], dtype=torch.float64)
+    plain, plain_stats = core.policy_loss(logp, old, adv, mask, ref_logp=ref, kl_coef=0.1)
+    same, stats = core.policy_loss(logp, old, adv, mask, ref_logp=ref, kl_coef=0.1, behaviour_logp=old.clone())
+    assert same.item() == pytest.approx(plain.item(), abs=1e-12)
+    assert stats["is_weight_mean"] == 1.0 and stats["is_clip_frac"] == 0.0
+    assert "is_weight_mean" not in plain_stats
+
+
 def test_traj_mean_weighs_trajectories_equally_whatever_their_turn_count():
     # One group: a success in 2 turns (A = +1) and a failure in 6 turns (A = -1), every turn emitting the same
     # token at logprob log 0.5 (the response format, say). Per token at ratio 1, d(pg_loss)/d(logp) = -A.
