@@ -286,6 +286,8 @@ class GRPOConfig:
     scale_rewards: str = "group"  # divisor of the group-centred reward: group (its group's std; the paper's GRPO) | batch (the std of every reward of the update: groups that differ only by small penalties keep small advantages) | none (Dr. GRPO: reward units)
     loss_agg: str = "token_mean"  # token_mean (all loss tokens in the mini-batch weigh equally) | seq_mean (each sample weighs the same) | traj_mean (each trajectory weighs the same however many turns it took; per-turn samples: see grpo/core.py)
     old_logprobs: str = "sampler"  # PPO's old policy: sampler (the logprobs the backend recorded; free) | recompute (one no-grad forward of the policy over the update's samples before its first step: about a third of a training step's compute; use when the sampler's numerics differ from the trainer's, e.g. vLLM in bf16)
+    max_staleness: int = 0  # asynchronous GRPO with a fixed lag k: update u trains on a batch sampled by the policy of k updates before (version u - k), rolled out in a background thread while the updates before it trained; 0: synchronous (grpo/pipeline.py, docs/async.md). With k > 0 the update's no-grad pass recomputes the proximal logprobs and the loss reweights by the truncated importance weight (grpo.is_cap)
+    is_cap: float = 2.0  # max_staleness > 0: the off-policy importance weight pi_proximal / pi_behaviour of each token is truncated at this value (decoupled PPO, grpo/core.py)
     horizon_curriculum: list[int] = field(default_factory=list)  # step budgets over training, e.g. [8, 10, 15]; [] = env.max_steps_train
     lora: bool = False  # train LoRA adapters instead of full parameters (reference = adapters off)
     lora_r: int = 64  # LoRA rank when grpo.lora (vllm backends: at most policy.max_lora_rank)
@@ -426,6 +428,12 @@ def validate(cfg: Config) -> Config:
     _choice("logger.backend", cfg.logger.backend, LOGGERS)
     _choice("grpo.loss_agg", cfg.grpo.loss_agg, LOSS_AGGREGATIONS)
     _choice("grpo.old_logprobs", cfg.grpo.old_logprobs, ("sampler", "recompute"))
+    if cfg.grpo.max_staleness < 0:
+        raise ConfigError(f"grpo.max_staleness={cfg.grpo.max_staleness}: the lag is a number of updates, 0 (synchronous) "
+                          "or more; e.g. grpo.max_staleness=1")
+    if cfg.grpo.is_cap < 1:
+        raise ConfigError(f"grpo.is_cap={cfg.grpo.is_cap}: a cap below 1 would shrink every on-policy token's weight; "
+                          "use 1 or more, e.g. grpo.is_cap=2.0")
     _choice("grpo.scale_rewards", cfg.grpo.scale_rewards, ADVANTAGE_SCALES)
     _choice("grpo.step_anchor", cfg.grpo.step_anchor, STEP_ANCHORS)
     _choice("size", cfg.size, MODEL_SIZES)

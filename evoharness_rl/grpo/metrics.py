@@ -10,6 +10,8 @@ from evoharness_rl.harness.protocol import HARNESS_VERBS
 
 LOSS_STATS = ("clip_frac", "approx_kl", "kl_ref", "entropy", "ratio_mean")  # token means from core.policy_loss
 MAX_STATS = ("ratio_max", "kl_ref_max")  # maxima over loss tokens from core.policy_loss
+OFF_POLICY_STATS = ("is_weight_mean", "is_clip_frac")  # token means of the off-policy correction (grpo.max_staleness)
+OFF_POLICY_MAX = ("is_weight_max",)
 
 
 class StatSums:
@@ -18,18 +20,20 @@ class StatSums:
     COUNTS = ("loss_tokens", "loss_sum", "train_tokens", "grad_norm_sum", "optimizer_steps", "step_s")
 
     def __init__(self):
-        self.weighted = dict.fromkeys(LOSS_STATS, 0.0)
+        self.weighted = dict.fromkeys(LOSS_STATS + OFF_POLICY_STATS, 0.0)
         self.counts = dict.fromkeys(self.COUNTS, 0.0)
-        self.maxima = dict.fromkeys(MAX_STATS, 0.0)  # the largest importance ratio / unclamped k3 of any loss token
+        self.maxima = dict.fromkeys(MAX_STATS + OFF_POLICY_MAX, 0.0)  # the largest ratio / unclamped k3 / weight
+        self.off_policy = False  # the loss reported the off-policy correction's statistics
         self.bad_reason: Optional[str] = None
 
     def add_tokens(self, stats: dict) -> None:
         """Statistics of `core.policy_loss` (token means) weighted by their token count."""
-        for k in LOSS_STATS:
-            self.weighted[k] += stats[k] * stats["tokens"]
+        self.off_policy = self.off_policy or OFF_POLICY_STATS[0] in stats
+        for k in self.weighted:
+            self.weighted[k] += stats.get(k, 0.0) * stats["tokens"]
         self.counts["loss_tokens"] += stats["tokens"]
-        for k in MAX_STATS:
-            self.maxima[k] = max(self.maxima[k], stats[k])
+        for k in self.maxima:
+            self.maxima[k] = max(self.maxima[k], stats.get(k, 0.0))
 
     def count(self, key: str, value: float) -> None:
         self.counts[key] += value
@@ -39,17 +43,22 @@ class StatSums:
             self.weighted[k] += v
         for k, v in other.counts.items():
             self.counts[k] += v
-        for k in MAX_STATS:
+        for k in self.maxima:
             self.maxima[k] = max(self.maxima[k], other.maxima[k])
+        self.off_policy = self.off_policy or other.off_policy
 
     def means(self, accelerator: Any) -> dict:
-        local = [self.weighted[k] for k in LOSS_STATS] + [self.counts[k] for k in self.COUNTS]
-        summed = dict(zip(LOSS_STATS + self.COUNTS, sum_over_processes(accelerator, local)))
+        weighted = tuple(self.weighted)
+        local = [self.weighted[k] for k in weighted] + [self.counts[k] for k in self.COUNTS]
+        summed = dict(zip(weighted + self.COUNTS, sum_over_processes(accelerator, local)))
         world = accelerator.num_processes
         tokens, steps, step_s = summed["loss_tokens"], summed["optimizer_steps"] / world, summed["step_s"] / world
-        out = {k: summed[k] / tokens if tokens else 0.0 for k in LOSS_STATS}
-        for k, values in zip(MAX_STATS, zip(*gather_objects(accelerator, [tuple(self.maxima.values())]))):
+        out = {k: summed[k] / tokens if tokens else 0.0 for k in weighted}
+        for k, values in zip(self.maxima, zip(*gather_objects(accelerator, [tuple(self.maxima.values())]))):
             out[k] = max(values)
+        if not self.off_policy:
+            for k in OFF_POLICY_STATS + OFF_POLICY_MAX:
+                del out[k]
         out.update(
             # each process's loss is its share of the mini-batch objective (scaled by W): the mean is the objective
             loss=summed["loss_sum"] / world / steps if steps else 0.0,

@@ -20,6 +20,12 @@ One update u (paper Algorithm 1; `train_update` reads in this order):
         roll the cycle back when success drops by more than experience.validate_margin
     log; every eval_every updates validate (greedy, every task family); every save_every updates checkpoint
 
+Asynchronous GRPO (grpo.max_staleness = k > 0; grpo/pipeline.py, docs/async.md): batch u was sampled by the
+policy of k updates before, in a background thread while the updates before u trained; `trajs` is taken from
+that pipeline, the no-grad pass recomputes the proximal logprobs, the loss reweights each token by the truncated
+importance weight (core.py, decoupled PPO), and instead of the sync the next batch is launched with a frozen copy
+of the new weights after the bank took this one.
+
 What it simplifies: the reference is the SFT checkpoint for the whole run (no refresh);
 the old policy is by default the *sampling* policy (ratios use the backend's recorded
 logprobs, so there is no extra forward pass before training, and vLLM/HF numerical
@@ -78,10 +84,11 @@ def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
 
     run = setup(cfg, env_factory)
     try:
-        if run.state.update:
+        if run.state.update and not cfg.grpo.max_staleness:
             sync_weights(run, run.state.update)  # resumed: a vLLM engine starts from model.path, not the checkpoint
-        elif cfg.grpo.eval_every:
+        elif cfg.grpo.eval_every and not run.state.update:
             run.log.metrics(step=-1, update=-1, **validate(run, -1))  # the starting point of the validation curve
+        start_rollouts(run)
 
         with ProgressBar(cfg.grpo.updates, "grpo updates", completed=run.state.update) as bar:
             for u in range(run.state.update, cfg.grpo.updates):
@@ -94,6 +101,8 @@ def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
                     )
         return finish(run)
     finally:
+        if run.rollouts is not None:
+            run.rollouts.close()
         run.engine.close()
         run.log.close()
         # A multi-process launch leaves its process group here (a gloo/NCCL group still alive at interpreter exit can
@@ -104,29 +113,43 @@ def run_grpo(cfg, env_factory: Optional[Callable[[], Any]] = None) -> Path:
 
 def train_update(run: Run, u: int) -> dict:
     """One policy update (module docstring); returns the logged metrics."""
-    cfg, clock = run.cfg, _Clock()
+    cfg, clock, k = run.cfg, _Clock(), run.cfg.grpo.max_staleness
     seed_update(run, u)
-    tasks = my_share(run, run.sampler.next(run.plan.prompts_per_update))
-    snapshot = run.bank.snapshot() if run.bank is not None else None  # one frozen snapshot for the whole batch
-    trajs = rollout(run, tasks, u, snapshot)
-    clock.lap("rollout_s")
+    if not k:
+        launch(run, u)  # synchronous: the batch is drawn and rolled out now
+    batch, wait_s = run.rollouts.take(u)
+    trajs = batch.trajectories
+    clock.lap("rollout_s")  # asynchronous: the time the trainer waited for the batch
     scored = score(run, trajs)  # group-normalised advantages of the rewards the engine stored
     keep_trajectories(run, u, scored)
     train = optimise(run, scored, u)  # inner epochs x mini-batches of AdamW steps
     clock.lap("train_s")
-    before = engine_probe(run, trajs)  # the engine's logprobs of a fixed completion, before the sync
-    sync_weights(run, u)
-    sync = check_sync(run, before)
-    experience = consolidate(run, trajs)
+    sync: dict = {}
+    if not k:
+        before = engine_probe(run, trajs)  # the engine's logprobs of a fixed completion, before the sync
+        sync_weights(run, u)
+        sync = check_sync(run, before)
+        experience = consolidate(run, trajs)
+    else:
+        remember_probe(run, trajs)
+        with (run.rollouts.exclusive(engine_weights(run, u + 1)) if engine_used_by_trainer(run)
+              else contextlib.nullcontext()):
+            experience = consolidate(run, trajs)
+        launch(run, u + 1 + k)  # sampled by version u + 1, which exists now, after the bank took this batch
+        sync = batch.sync
     clock.lap("sync_consolidate_s")
+    if k:
+        lag = float(u - batch.version)  # the same for every trajectory of the batch, on every process
+        clock.laps.update(wait_s=wait_s, rollout_s=batch.rollout_s, staleness_mean=lag, staleness_max=lag)
 
     run.state.update = u + 1
     if train["bad_reason"]:
         run.state.bad_updates += 1
         run.log.warning(f"update {u}: skipped ({train['bad_reason']}); {run.state.bad_updates} bad update(s) so far")
-    metrics = update_metrics(run, u, trajs, scored, train, {**sync, **experience}, clock.laps)
+    metrics = update_metrics(run, u, trajs, scored, train, {**sync, **experience}, clock.laps, batch.stats)
     if cfg.grpo.eval_every and (u + 1) % cfg.grpo.eval_every == 0:
-        metrics.update(validate(run, u))
+        with run.rollouts.exclusive(engine_weights(run, u + 1)) if k else contextlib.nullcontext():
+            metrics.update(validate(run, u))
     run.log.metrics(step=u, **metrics)
     if (cfg.grpo.save_every and (u + 1) % cfg.grpo.save_every == 0) or u + 1 == cfg.grpo.updates:
         save(run)
@@ -149,13 +172,90 @@ class _Clock:
 # ----------------------------------------------------------------------------- rollouts
 
 
+def start_rollouts(run: Run) -> None:
+    """The run's batch pipeline (grpo/pipeline.py); with grpo.max_staleness = k > 0, batches update .. update + k
+    are launched now (those a resumed checkpoint stored are taken back instead of sampled again)."""
+    from evoharness_rl.grpo.pipeline import Rollouts, read_in_flight
+    from evoharness_rl.rollout.engine import RolloutStats
+
+    k = run.cfg.grpo.max_staleness
+    run.rollouts = Rollouts(k, lambda batch: play(run, batch), lambda weights: load_weights(run, weights),
+                            lambda: run.engine.stats)
+    if not k:
+        return
+    restored = read_in_flight(run.resumed_from, run.accelerator.process_index, RolloutStats) if run.resumed_from else []
+    for batch in restored:
+        run.rollouts.launch(batch)
+    for b in range(run.state.update, run.state.update + k + 1):
+        if b not in run.rollouts.launched():
+            launch(run, b)
+
+
+def launch(run: Run, b: int) -> None:
+    """Draw batch b's tasks and fix what it is sampled with: the bank as it is now, and (k > 0) a frozen copy of the
+    current policy, version max(0, b - k) (grpo/pipeline.py)."""
+    from evoharness_rl.grpo.pipeline import Batch
+
+    k = run.cfg.grpo.max_staleness
+    if b >= run.cfg.grpo.updates:
+        return
+    tasks = my_share(run, run.sampler.next(run.plan.prompts_per_update))
+    snapshot = run.bank.snapshot() if run.bank is not None else None  # one frozen snapshot for the whole batch
+    batch = Batch(b, max(0, b - k), tasks, snapshot)
+    if k:
+        batch.weights = engine_weights(run, b)
+        batch.probe = trainer_probe(run)
+    run.rollouts.launch(batch)
+
+
+def play(run: Run, batch) -> list:
+    """The rollout side: batch b's episodes with its own sampling seed (the engine's weights already loaded)."""
+    seed = derive_seed(run.cfg.seed, batch.index, run.accelerator.process_index)
+    run.engine.sampling = replace(run.base_sampling, seed=seed)
+    trajs = rollout(run, batch.tasks, batch.index, batch.snapshot)
+    if batch.probe is not None:  # the weight-sync check of an engine with weights of its own
+        prompt, completion, trainer = batch.probe
+        after = run.engine.backend.score(prompt, completion)
+        batch.sync = {"sync/engine_vs_trainer": max(abs(a - b) for a, b in zip(after, trainer)),
+                      "sync/probe_tokens": len(completion)}
+    return trajs
+
+
+def engine_weights(run: Run, index: int):
+    """What the engine loads to sample with the current policy: a frozen copy (hf; vLLM with full unsharded
+    weights), or the directory the main process writes for batch `index` (LoRA or sharded policies, as
+    `sync_weights` does)."""
+    from evoharness_rl.grpo.pipeline import frozen_copy
+
+    if run.cfg.policy.backend == "hf" or not (run.cfg.grpo.lora or sharded(run.accelerator)):
+        return frozen_copy(run.policy)
+    return _weights_dir(run, index)
+
+
+def load_weights(run: Run, weights) -> None:
+    run.engine.backend.update_weights(weights)
+
+
+def engine_used_by_trainer(run: Run) -> bool:
+    """Consolidation plays or prompts the policy (the edit check, a `self` consolidator): it needs the engine."""
+    return run.bank is not None and (run.cfg.experience.validate_edits or run.cfg.experience.consolidator == "self")
+
+
+@torch.no_grad()
+def trainer_probe(run: Run) -> Optional[tuple[list[int], list[int], list[float]]]:
+    """(prompt, completion, the trainer's logprobs of it now) for an engine that can score (`engine_probe`)."""
+    if getattr(run.engine.backend, "score", None) is None or run.sync_probe is None:
+        return None
+    prompt, completion = run.sync_probe
+    return prompt, completion, _trainer_logprobs(run, prompt, completion)
+
+
 def seed_update(run: Run, u: int) -> None:
-    """Seed python/numpy/torch and the sampler of the backend from (seed, u, rank): resumable runs repeat exactly."""
+    """Seed python/numpy/torch from (seed, u, rank): resumable runs repeat exactly. (The backend's sampler takes
+    its seed from the batch it rolls out, `play`.)"""
     from accelerate.utils import set_seed
 
-    seed = derive_seed(run.cfg.seed, u, run.accelerator.process_index)
-    set_seed(seed)
-    run.engine.sampling = replace(run.base_sampling, seed=seed)
+    set_seed(derive_seed(run.cfg.seed, u, run.accelerator.process_index))
 
 
 def my_share(run: Run, tasks: list[str]) -> list[tuple[int, str]]:
@@ -303,9 +403,13 @@ def score_samples(run: Run, samples: list[B.Sample]) -> None:
     """The update's one no-grad pass, before its first step, micro-batched like the training passes: the
     reference logprobs of every sample (KL term) and, with grpo.old_logprobs=recompute, the behaviour logprobs
     from the policy as it is now (instead of the sampler's), written into the samples in place."""
-    recompute = run.cfg.grpo.old_logprobs == "recompute"
+    off_policy = run.cfg.grpo.max_staleness > 0  # old_logprobs become the proximal policy's; the sampler's stay
+    recompute = run.cfg.grpo.old_logprobs == "recompute" or off_policy
     if run.reference is None and not recompute:
         return
+    if off_policy:
+        for sample in samples:
+            sample.behaviour_logprobs = list(sample.old_logprobs)
     pad_id, temperature, shape = run.tokenizer.pad_token_id, run.cfg.grpo.temperature, layout(run)
     for rows in B.micro_batches(samples, run.plan.micro_batch_samples, shape):
         batch = B.build(rows, pad_id, shape).to(run.accelerator.device)
@@ -416,9 +520,10 @@ def micro_loss(run: Run, batch: B.MicroBatch, denom: float):
         ref_logp = run.reference.logprobs(batch)
     logp, entropy = token_logprobs(run.model, batch, "grad" if g.entropy_coef > 0 else "detached",
                                    run.cfg.grpo.temperature)  # [B, K] x2
+    behaviour = batch.behaviour_logp if batch.behaviour_logp is not None else batch.old_logp
     return core.policy_loss_tensors(logp, batch.old_logp, batch.adv, batch.loss_mask, g.clip_eps, ref_logp,
                                     g.kl_coef, entropy, g.entropy_coef, g.loss_agg, denom, batch.traj_tokens,
-                                    g.kl_clamp)
+                                    g.kl_clamp, behaviour if g.max_staleness else None, g.is_cap)
 
 
 def _host(step_stats: list[dict]) -> list[dict]:
@@ -452,19 +557,26 @@ def sync_weights(run: Run, u: int) -> None:
     out_dir/weight_sync that the main process writes from the gathered state dict: the
     adapter (LoRA) or the full checkpoint (a vLLM server must be able to read that path).
     """
-    backend, acc = run.engine.backend, run.accelerator
-    if run.cfg.policy.backend == "hf" or not (run.cfg.grpo.lora or sharded(acc)):
+    backend = run.engine.backend
+    if run.cfg.policy.backend == "hf" or not (run.cfg.grpo.lora or sharded(run.accelerator)):
         backend.update_weights(run.policy)
         return
+    backend.update_weights(_weights_dir(run, u))
+
+
+def _weights_dir(run: Run, u: int) -> str:
+    """The main process writes the gathered policy (the adapter under LoRA) to out_dir/weight_sync; the served
+    weights, those of the batches still in flight (grpo.max_staleness) and one before them stay."""
+    acc = run.accelerator
     sync_dir = run.out_dir / "weight_sync"
     path = sync_dir / f"{'adapter' if run.cfg.grpo.lora else 'weights'}_{u:06d}"
     state_dict = acc.get_state_dict(run.model)  # a collective: every process takes part
     if acc.is_main_process:
         run.policy.save_pretrained(path, state_dict=state_dict)
-        for old in sorted(sync_dir.iterdir())[:-2]:  # the served weights and the ones before them stay
+        for old in sorted(sync_dir.iterdir())[:-(2 + run.cfg.grpo.max_staleness)]:
             shutil.rmtree(old, ignore_errors=True)
     acc.wait_for_everyone()
-    backend.update_weights(str(path))
+    return str(path)
 
 
 def engine_probe(run: Run, trajs: list) -> Optional[list[float]]:
@@ -474,10 +586,15 @@ def engine_probe(run: Run, trajs: list) -> Optional[list[float]]:
     score = getattr(run.engine.backend, "score", None)
     if score is None:
         return None
+    remember_probe(run, trajs)
+    return score(*run.sync_probe) if run.sync_probe is not None else None
+
+
+def remember_probe(run: Run, trajs: list) -> None:
+    """The first completion of the run becomes its weight-sync probe (`run.sync_probe`), fixed from then on."""
     if run.sync_probe is None:
         run.sync_probe = next(((list(turn.prompt_ids), list(turn.completion_ids)) for t in trajs for turn in t.turns
                                if turn.prompt_ids and turn.completion_ids), None)
-    return score(*run.sync_probe) if run.sync_probe is not None else None
 
 
 @torch.no_grad()
@@ -490,13 +607,17 @@ def check_sync(run: Run, before: Optional[list[float]]) -> dict:
         return {}
     prompt, completion = run.sync_probe
     after = run.engine.backend.score(prompt, completion)
-    n = len(prompt) + len(completion)
-    sample = B.Sample(prompt + completion, [0] * len(prompt) + [1] * len(completion), [0.0] * n, 0.0, 0)
-    batch = B.build([sample], run.tokenizer.pad_token_id, layout(run)).to(run.accelerator.device)
-    trainer = token_logprobs(run.model, batch, "none", 1.0)[0][0, -len(completion):].float().cpu().tolist()
+    trainer = _trainer_logprobs(run, prompt, completion)
     return {"sync/engine_vs_trainer": max(abs(a - b) for a, b in zip(after, trainer)),
             "sync/engine_change": max(abs(a - b) for a, b in zip(after, before)),
             "sync/probe_tokens": len(completion)}
+
+
+def _trainer_logprobs(run: Run, prompt: list[int], completion: list[int]) -> list[float]:
+    n = len(prompt) + len(completion)
+    sample = B.Sample(prompt + completion, [0] * len(prompt) + [1] * len(completion), [0.0] * n, 0.0, 0)
+    batch = B.build([sample], run.tokenizer.pad_token_id, layout(run)).to(run.accelerator.device)
+    return token_logprobs(run.model, batch, "none", 1.0)[0][0, -len(completion):].float().cpu().tolist()
 
 
 def consolidate(run: Run, trajs: list) -> dict:
@@ -583,14 +704,15 @@ def _lean(traj):
 # ----------------------------------------------------- logging, validation, checkpoints
 
 
-def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, experience: dict, laps: dict) -> dict:
-    """Everything logged for update u (metrics.jsonl + wandb)."""
+def update_metrics(run: Run, u: int, trajs: list, scored: Scored, train: dict, experience: dict, laps: dict,
+                   engine_stats=None) -> dict:
+    """Everything logged for update u (metrics.jsonl + wandb); `engine_stats`: the rollout's of this batch."""
     cfg = run.cfg
     return {
         "update": u,
         "lambda_div": reward.lambda_div(u, cfg.reward.lambda_div_max, cfg.reward.anneal_updates),
         "horizon": train_horizon(cfg, u),
-        **rollout_metrics(run.accelerator, trajs, run.engine.stats),
+        **rollout_metrics(run.accelerator, trajs, engine_stats if engine_stats is not None else run.engine.stats),
         "zero_std_groups": scored.zero_std_groups,
         **({"step_anchored_share": scored.anchored_turns} if scored.anchored_turns is not None else {}),
         **greedy_members(run, trajs),
@@ -689,9 +811,15 @@ def _transcript(traj) -> str:
 
 
 def save(run: Run) -> Path:
+    """Checkpoint; with grpo.max_staleness the batches in flight are waited for and stored with it (pipeline.py)."""
+    from evoharness_rl.grpo.pipeline import write_in_flight
+
     run.state.sampler = run.sampler.state_dict()
+    in_flight = run.rollouts.finish() if run.rollouts is not None else []
+    rank = run.accelerator.process_index
     path = ckpt.save_checkpoint(run.accelerator, run.out_dir, run.state, run.model, run.tokenizer, run.bank,
-                                run.cfg.grpo.keep_checkpoints)
+                                run.cfg.grpo.keep_checkpoints,
+                                extra=(lambda folder: write_in_flight(folder, rank, in_flight)) if in_flight else None)
     run.log.info(f"checkpoint: {path}")
     return path
 

@@ -285,8 +285,13 @@ def _reset_after(markers: Path, checkpoint_file: Path) -> bool:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_update_then_resume_matches_uninterrupted_run(warm_model_dir, tmp_path):
-    settings = dict(updates=3, save_every=1, keep_checkpoints=5)
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_sigkill_mid_update_then_resume_matches_uninterrupted_run(warm_model_dir, tmp_path, max_staleness):
+    """Asynchronous (max_staleness 1): the checkpoint stores the batches in flight, and the resumed run trains on
+    them instead of sampling again (grpo/pipeline.py). One more update, so that an episode starts after checkpoint 1
+    (batch 3, launched after update 1)."""
+    updates = 3 + max_staleness
+    settings = dict(updates=updates, save_every=1, keep_checkpoints=5, max_staleness=max_staleness)
     straight = _subprocess_run(warm_model_dir, tmp_path / "straight", False, **settings)
     assert straight.wait(timeout=600) == 0, straight.stderr.read().decode()[-3000:]
 
@@ -315,11 +320,32 @@ def test_sigkill_mid_update_then_resume_matches_uninterrupted_run(warm_model_dir
         # the size of an update (learning rate 1e-3), five times this tolerance.
         torch.testing.assert_close(b[name], a[name], atol=2e-4, rtol=1e-4)
     rows_a, rows_b = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "killed")
-    assert [r["update"] for r in rows_b] == [0, 1, 2]  # the interrupted update's lines were rolled back
+    assert [r["update"] for r in rows_b] == list(range(updates))  # the interrupted update's lines were rolled back
     for key in ("lambda_div", "reward/total", "success_rate"):
         assert [r[key] for r in rows_b] == pytest.approx([r[key] for r in rows_a]), key
-    state = json.loads((ckpt.checkpoint_path(tmp_path / "killed", 3) / "trainer_state.json").read_text())
-    assert state["update"] == 3 and state["sampler"]["consumed"] == 6
+    state = json.loads((ckpt.checkpoint_path(tmp_path / "killed", updates) / "trainer_state.json").read_text())
+    assert state["update"] == updates and state["sampler"]["consumed"] == 2 * updates
+    if max_staleness:  # after update 0: batch 1 (launched at the start) and 2 (launched after update 0) in flight
+        kept = ckpt.checkpoint_path(tmp_path / "killed", 1) / "in_flight_rank0.jsonl"
+        assert [json.loads(line)["index"] for line in kept.read_text().splitlines()] == [1, 2]
+        assert [r["staleness_max"] for r in rows_b] == [0, 1, 1, 1]
+
+
+@pytest.mark.slow
+def test_async_grpo_trains_on_batches_one_version_old(warm_model_dir, tmp_path):
+    cfg, envs = _grpo(warm_model_dir, tmp_path / "run", updates=3, max_staleness=1)
+    final = run_grpo(cfg, env_factory=envs)
+    assert _changed(_weights(warm_model_dir), _weights(final))
+    rows = read_metrics(tmp_path / "run")
+    assert [r["staleness_mean"] for r in rows] == [0, 1, 1] and [r["staleness_max"] for r in rows] == [0, 1, 1]
+    for row in rows:
+        missing = [k for k in COMPONENTS + ("wait_s", "is_weight_mean", "is_weight_max", "is_clip_frac") if k not in row]
+        assert not missing, f"metrics lack {missing}"
+        assert row["episodes"] == 8 and not row["skipped"] and row["optimizer_steps"] == 2
+    # Batch 0 was sampled by the weights it trains (the engine's own copy of version 0): weights 1 up to float noise.
+    # Batches 1 and 2 come from the version before: the proximal policy has moved away from the sampler.
+    assert abs(rows[0]["is_weight_max"] - 1) < 1e-3 and rows[0]["is_clip_frac"] == 0
+    assert max(abs(r["is_weight_max"] - 1) for r in rows[1:]) > 1e-3
 
 
 @pytest.mark.slow
@@ -353,14 +379,16 @@ def test_self_consolidation_asks_the_policy(warm_model_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_ddp_on_cpu(warm_model_dir, tmp_path):
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_two_process_ddp_on_cpu(warm_model_dir, tmp_path, max_staleness):
     """torchrun with 2 CPU processes (gloo): each rolls out its own prompts; one update, one shared model."""
     code = tmp_path / "ddp.py"
     code.write_text(
         f"import sys; sys.path.insert(0, {str(ROOT)!r}); import torch; torch.set_num_threads(1)\n"
         "from tests.fakes.count import run_count_grpo\n"
         "if __name__ == '__main__':\n"
-        f"    run_count_grpo({str(warm_model_dir)!r}, {str(tmp_path / 'run')!r}, updates=2)\n"
+        f"    run_count_grpo({str(warm_model_dir)!r}, {str(tmp_path / 'run')!r}, updates=2, "
+        f"max_staleness={max_staleness})\n"
     )
     torchrun = Path(sys.executable).with_name("torchrun")
     out = subprocess.run([str(torchrun), "--nproc_per_node", "2", "--master_port", "29517", str(code)],
@@ -376,6 +404,8 @@ def test_two_process_ddp_on_cpu(warm_model_dir, tmp_path):
                   for p in (tmp_path / "run" / "trajectories").glob("update_*/*.json"))
     assert kept == [f"update_{u:06d}/{i:05d}.json" for u in (0, 1) for i in range(8)]  # each process its own episodes
     assert [c["episodes_in_batch"] for c in read_history(tmp_path / "run" / "history.jsonl")] == [8, 8]
+    if max_staleness:
+        assert [r["staleness_max"] for r in rows] == [0, 1] and all("is_weight_mean" in r for r in rows)
 
 
 @pytest.mark.slow
