@@ -325,3 +325,15 @@ def _report(force: bool = False) -> None:
         if _last_log_line:
             print(f"[progress] {line}", file=sys.stderr, flush=True)
         _last_log_line = now
+
+
+def cpu_model() -> str:
+    """The machine's CPU model name (/proc/cpuinfo), which the benchmarks report next to every figure."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"

@@ -67,24 +67,16 @@ def _seconds_per_update(out: Path) -> float:
     return statistics.fmean(row["update_s"] for row in rows if "update_s" in row)
 
 
-def cpu_name() -> str:
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def main(argv=None) -> None:
     args = parse_args(argv)
     import torch
 
-    from evoharness_rl.runlog import set_progress
+    from evoharness_rl.runlog import cpu_model, set_progress
 
     torch.set_num_threads(1)
     set_progress(False)
     root = Path(tempfile.mkdtemp(prefix="bench_async_"))
-    results: dict = {"cpu": cpu_name(), "updates": args.updates, "rounds": args.rounds, "command": " ".join(sys.argv)}
+    results: dict = {"cpu": cpu_model(), "updates": args.updates, "rounds": args.rounds, "command": " ".join(sys.argv)}
     warm = None
     if "choice" in args.tasks:
         import peer_check

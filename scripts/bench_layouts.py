@@ -141,22 +141,15 @@ def bench(env_name: str, args) -> dict:
     return out
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def main() -> None:
     args = parse_args()
-    from evoharness_rl.runlog import set_progress
+    from evoharness_rl.runlog import cpu_model, set_progress
 
     set_progress(False)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    results: dict = {"cpu": cpu_name(), "threads": torch.get_num_threads(), "command": " ".join(sys.argv)}
+    results: dict = {"cpu": cpu_model(), "threads": torch.get_num_threads(), "command": " ".join(sys.argv)}
     print(f"{'env':>12} {'samples':>8} {'tokens':>8} {'read packed':>12} {'read shared':>12} {'packed s':>9} "
           f"{'shared s':>9} {'ratio':>6}")
     for env_name in args.envs:

@@ -66,7 +66,7 @@ from evoharness_rl.engines.base import SamplingSettings, StreamingBackend
 from evoharness_rl.envs import env_factory, make_env
 from evoharness_rl.rollout.engine import SCHEDULES, EpisodeJob, RolloutEngine, episode_settings
 from evoharness_rl.rollout.pool import EnvPool, EnvReset, EnvStep, Finish
-from evoharness_rl.runlog import set_progress
+from evoharness_rl.runlog import cpu_model, set_progress
 
 
 def bench_config(args) -> Config:
@@ -197,18 +197,6 @@ def workers_cpu_s(pool: EnvPool) -> float:
             fields = f.read().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
     return total / os.sysconf("SC_CLK_TCK")
-
-
-def cpu_model() -> str:
-    """The machine's CPU model name (/proc/cpuinfo), which the docs quote next to every figure."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def bench_sampling(cfg: Config, args) -> SamplingSettings:

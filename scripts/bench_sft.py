@@ -49,6 +49,7 @@ from transformers import TrainerCallback
 from evoharness_rl.config import Config
 from evoharness_rl.models import QWEN3_SHAPES, count_parameters, env_prompt_texts, init_model, load_tokenizer
 from evoharness_rl.sft import data
+from evoharness_rl.runlog import cpu_model
 from evoharness_rl.sft.trainer import build_trainer
 
 QWEN3_0_6B = dict(QWEN3_SHAPES["qwen3-0.6b"], max_position_embeddings=40960)  # the published Qwen3-0.6B config
@@ -247,13 +248,6 @@ def compare(size: str, examples: list[dict], args, tmp: Path) -> dict:
     return out
 
 
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
-
-
 def qwen3_0_6b_checkpoint(folder: Path) -> str:
     """A Qwen3-0.6B-shaped checkpoint (random bf16 weights) with the local tokenizer."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -291,7 +285,7 @@ def main() -> None:
     args.steps = args.steps or 40
     examples = demo_examples(args.data_dir, args.games)
     print(f"{len(examples)} demo-shaped examples; {args.steps} steps of {args.batch}, {args.rounds} rounds", flush=True)
-    results: dict = {"command": " ".join(sys.argv), "threads": torch.get_num_threads(), "cpu": cpu_name()}
+    results: dict = {"command": " ".join(sys.argv), "threads": torch.get_num_threads(), "cpu": cpu_model()}
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
             results[Path(size).name] = r = compare(size, examples, args, Path(tmp))
